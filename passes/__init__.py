@@ -1,0 +1,1 @@
+"""Rewriting passes of the paper, one module per figure (installed as tensorlang.passes)."""

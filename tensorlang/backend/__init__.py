@@ -1,0 +1,1 @@
+"""Backend: isl domains -> loop IR -> Numba kernels (issue 6)."""

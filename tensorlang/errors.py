@@ -1,0 +1,39 @@
+"""Errors raised by tensorlang.
+
+Every user-facing failure is a :class:`TensorLangError`; the subclasses say
+which stage refused the program.  Messages name the offending sub-expression
+(printed in the paper's notation) and what was expected.
+"""
+
+from __future__ import annotations
+
+
+class TensorLangError(Exception):
+    """Base class of every error tensorlang raises on bad programs or inputs."""
+
+
+class TypeCheckError(TensorLangError):
+    """An ill-typed program (Section 4.1)."""
+
+
+class IndexError_(TensorLangError):
+    """A non-affine or out-of-range index."""
+
+
+class InputError(TensorLangError):
+    """Missing, unknown or badly shaped inputs at evaluation or call time."""
+
+
+class UnsupportedError(TensorLangError):
+    """A stage that handles a subset of the language met a construct outside it."""
+
+
+def describe(node) -> str:
+    """Short printed form of a node for error messages (bounded length)."""
+    try:
+        from .printer import pretty
+
+        text = pretty(node)
+    except Exception:  # the printer must never hide the real error
+        text = repr(node)
+    return text if len(text) <= 200 else text[:197] + "..."

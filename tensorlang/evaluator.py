@@ -1,0 +1,467 @@
+"""Reference evaluator: the operational semantics of Figures 4 and 5.
+
+Correctness first: a direct structural recursion (rules 4.1-4.21), generic
+over the scalar domain (float64 NumPy, or sympy objects for exact checks of
+rewrites).  A guarded term is never evaluated where its predicate is false
+(4.12), so ``[i - 1 >= 0]·x[i - 1]`` is safe; an unguarded out-of-range
+access is a TensorLangError naming the access (4.11 leaves it undefined).
+A closed sub-term shared in the DAG is computed once.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import sympy
+
+from .errors import IndexError_, InputError, TensorLangError, describe
+from .functions import lookup
+from .ir import (
+    Access,
+    Add,
+    Aff,
+    And,
+    BoolLit,
+    Call,
+    Cmp,
+    Const,
+    Exists,
+    Expr,
+    Gen,
+    Iverson,
+    Let,
+    Mul,
+    Or,
+    Pair,
+    PairT,
+    Proj,
+    RealT,
+    Rel,
+    Relation,
+    SizeVar,
+    Sum,
+    TensorT,
+    Type,
+    Var,
+    free_indices,
+    free_vars,
+    input_vars,
+    relations_of,
+    size_vars,
+)
+from .typecheck import check_program, type_of
+
+
+class Domain:
+    """Scalar domain: how constants, zeros and functions are represented."""
+
+    def __init__(self, exact: bool):
+        self.exact = exact
+        self.dtype = object if exact else np.float64
+
+    def const(self, v):
+        if self.exact:
+            if isinstance(v, float):
+                return sympy.Rational(Fraction(v))
+            return sympy.Integer(v) if isinstance(v, int) else sympy.sympify(v)
+        return float(v)
+
+    def zero(self):
+        return sympy.Integer(0) if self.exact else 0.0
+
+    def call(self, fn, args):
+        fd = lookup(fn)
+        if self.exact:
+            return fd.sympy(*args)
+        with np.errstate(all="ignore"):
+            return float(fd.numpy(*[np.float64(a) for a in args]))
+
+
+def zero_value(t: Type, sizes: dict, dom: Domain):
+    match t:
+        case RealT():
+            return dom.zero()
+        case PairT(fst=a, snd=b):
+            return (zero_value(a, sizes, dom), zero_value(b, sizes, dom))
+        case TensorT():
+            shape, el = [], t
+            while isinstance(el, TensorT):
+                shape.append(el.extent.evaluate(sizes))
+                el = el.elem
+            if el is REAL_T:
+                arr = np.zeros(shape, dtype=dom.dtype)
+                if dom.exact:
+                    arr[...] = sympy.Integer(0)
+                return arr
+            # tensors of pairs: an array of structs, built elementwise
+            return _gen_values([zero_value(t.elem, sizes, dom) for _ in range(shape[0])], t.elem, sizes, dom)
+        case _:
+            raise TensorLangError(f"no zero value for {t!r}")
+
+
+from .ir import REAL as REAL_T  # noqa: E402
+
+
+def _gen_values(vals, elem_t: Type, sizes, dom):
+    """Stack the values of a generator into the representation of [n]elem_t."""
+    if isinstance(_leaf(elem_t), PairT) or isinstance(elem_t, PairT):
+        out = np.empty(len(vals), dtype=object)
+        for k, v in enumerate(vals):
+            out[k] = v
+        return out
+    if not vals:
+        shape = [0] + [a.evaluate(sizes) for a in _shape(elem_t)]
+        arr = np.zeros(shape, dtype=dom.dtype)
+        return arr
+    if dom.exact:
+        arr = np.empty((len(vals),) + np.shape(vals[0]), dtype=object)
+        for k, v in enumerate(vals):
+            arr[k] = v
+        return arr
+    return np.array(vals, dtype=np.float64)
+
+
+def _leaf(t):
+    while isinstance(t, TensorT):
+        t = t.elem
+    return t
+
+
+def _shape(t):
+    out = []
+    while isinstance(t, TensorT):
+        out.append(t.extent)
+        t = t.elem
+    return out
+
+
+# --------------------------------------------------------------------------
+
+
+class Evaluator:
+    """One evaluation: inputs, sizes, relations and the memo of closed terms."""
+
+    def __init__(self, program: Expr, env: dict, sizes: dict, relations: dict, dom: Domain):
+        self.program = program
+        self.env = env
+        self.sizes = sizes
+        self.relations = relations
+        self.dom = dom
+        self.memo: dict = {}
+
+    # -- expressions (Fig. 4) ----------------------------------------------------
+    def ev(self, e: Expr, env: dict):
+        memo_key = None
+        if not free_indices(e) and not isinstance(e, (Var, Const)):
+            lv = [v for v in free_vars(e) if v.uid != 0]
+            vals = tuple(env[v] for v in lv)
+            memo_key = (e, tuple(id(v) for v in vals))
+            hit = self.memo.get(memo_key)
+            if hit is not None:
+                return hit[0]
+        out = self._ev(e, env)
+        if memo_key is not None:
+            self.memo[memo_key] = (out, vals)
+        return out
+
+    def _ev(self, e: Expr, env: dict):
+        dom = self.dom
+        match e:
+            case Var():
+                return env[e]  # 4.1
+            case Const(value=v):
+                return dom.const(v)  # 4.2
+            case Add(lhs=a, rhs=b):
+                return self.ev(a, env) + self.ev(b, env)  # 4.3
+            case Mul(lhs=a, rhs=b):
+                return self.ev(a, env) * self.ev(b, env)  # 4.4
+            case Call(fn=f, args=args):
+                return dom.call(f, [self.ev(a, env) for a in args])  # 4.5
+            case Pair(fst=a, snd=b):
+                return (self.ev(a, env), self.ev(b, env))  # 4.6
+            case Proj(index=k, arg=a):
+                return self.ev(a, env)[k]  # 4.10
+            case Gen(var=i, extent=n, body=b):  # 4.7
+                size = n.evaluate(self.sizes)
+                vals = [self.ev(b, {**env, i: k}) for k in range(size)]
+                return _gen_values(vals, type_of(b), self.sizes, dom)
+            case Sum(var=i, extent=n, body=b):  # 4.8
+                size = n.evaluate(self.sizes)
+                acc = dom.zero()
+                for k in range(size):
+                    acc = acc + self.ev(b, {**env, i: k})
+                return acc
+            case Access(arr=a, index=ix):  # 4.11
+                arr = self.ev(a, env)
+                k = self.index(ix, env)
+                n = len(arr)
+                if not 0 <= k < n:
+                    raise IndexError_(
+                        f"index out of range in {describe(e)}: {ix} = {k} is not in [0, {n}); "
+                        "guard the access with an Iverson bracket if it is a boundary"
+                    )
+                return arr[k]
+            case Iverson(pred=p, body=b):  # 4.12
+                if self.pred(p, env):
+                    return self.ev(b, env)
+                return zero_value(type_of(b), self.sizes, dom)
+            case Let(var=v, value=e0, body=e1):  # 4.9
+                return self.ev(e1, {**env, v: self.ev(e0, env)})
+            case _:
+                raise TensorLangError(f"cannot evaluate {e!r}")
+
+    # -- indices and predicates (Fig. 5) -----------------------------------------
+    def index(self, a: Aff, env: dict) -> int:
+        v = a.const
+        for s, c in a.terms:
+            v += c * (self.sizes[s] if isinstance(s, SizeVar) else env[s])
+        return v
+
+    def pred(self, p, env: dict) -> bool:
+        match p:
+            case BoolLit(value=v):
+                return v
+            case Cmp(op=op, lhs=a, rhs=b):  # 4.18
+                x, y = self.index(a, env), self.index(b, env)
+                return x < y if op == "<" else (x <= y if op == "<=" else x == y)
+            case And(lhs=a, rhs=b):  # 4.19, short-circuit so a guard protects a relation
+                return self.pred(a, env) and self.pred(b, env)
+            case Or(lhs=a, rhs=b):
+                return self.pred(a, env) or self.pred(b, env)
+            case Rel(rel=r, args=args):  # 4.20
+                data = self.relations[r]
+                ks = tuple(self.index(a, env) for a in args)
+                for k, n in zip(ks, data.shape):
+                    if not 0 <= k < n:
+                        raise IndexError_(
+                            f"relation index out of range in {describe(p)}: {ks} is outside {data.shape}"
+                        )
+                return bool(data[ks])
+            case Exists(var=i, extent=n, body=b):  # 4.21
+                size = n.evaluate(self.sizes)
+                return any(self.pred(b, {**env, i: k}) for k in range(size))
+            case _:
+                raise TensorLangError(f"not a predicate: {p!r}")
+
+
+# --------------------------------------------------------------------------
+# Inputs: names, shapes, sizes
+
+
+def _type_shape_leaves(t: Type, path=()):
+    """Leaves of a (struct-of-arrays) type: (path of projections, extents)."""
+    match t:
+        case PairT(fst=a, snd=b):
+            return _type_shape_leaves(a, path + (0,)) + _type_shape_leaves(b, path + (1,))
+        case _:
+            ext, el = _shape(t), _leaf(t)
+            if isinstance(el, PairT):
+                return [(path, tuple(ext), el)]
+            return [(path, tuple(ext), None)]
+
+
+def infer_sizes(constraints, given: dict) -> dict:
+    """Solve ``extent(sizes) == length`` equations (affine in the sizes).
+
+    ``constraints`` is a list of ``(Aff, int, what)``.  Returns name -> int;
+    raises InputError naming the input whose shape is inconsistent.
+    """
+    sizes = dict(given)
+    pending = list(constraints)
+    progress = True
+    while pending and progress:
+        progress = False
+        rest = []
+        for a, length, what in pending:
+            unknown = [s for s in a.size_vars() if s.name not in sizes]
+            if not unknown:
+                v = a.evaluate({s.name: sizes[s.name] for s in a.size_vars()} | {})
+                if v != length:
+                    raise InputError(f"{what} has length {length}, but its type says {a} = {v}")
+                progress = True
+            elif len(unknown) == 1:
+                s = unknown[0]
+                c = a.coeff(s)
+                rest_val = a.const + sum(cc * sizes[t.name] for t, cc in a.terms if t is not s)
+                num = length - rest_val
+                if num % c != 0 or num // c < 0:
+                    raise InputError(f"{what} has length {length}, which gives no integer size {s.name} >= 0 in {a}")
+                sizes[s.name] = num // c
+                progress = True
+            else:
+                rest.append((a, length, what))
+        pending = rest
+    if pending:
+        # a genuinely linear system with several unknowns per equation
+        syms = {}
+        eqs = []
+        for a, length, what in pending:
+            expr = a.const
+            for s, c in a.terms:
+                sv = syms.setdefault(s.name, sympy.Symbol(s.name, integer=True, nonnegative=True))
+                expr += c * (sizes[s.name] if s.name in sizes else sv)
+            eqs.append(sympy.Eq(expr, length))
+        sol = sympy.solve(eqs, list(syms.values()), dict=True)
+        if len(sol) != 1 or any(not sol[0].get(v, sympy.nan).is_integer for v in syms.values()):
+            what = ", ".join(w for _, _, w in pending)
+            raise InputError(f"cannot determine the sizes {sorted(syms)} from the shapes of {what}; pass them explicitly")
+        for name, v in syms.items():
+            sizes[name] = int(sol[0][v])
+    return sizes
+
+
+def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None):
+    """Validate inputs by name and shape; return (env, sizes, relations, domain).
+
+    Shared by the evaluator and the compiled kernels' argument checking.
+    """
+    ins = input_vars(program)
+    rels = relations_of(program)
+    by_name = {}
+    for v in ins:
+        if v.name in by_name:
+            raise InputError(f"two different inputs are named {v.name!r}")
+        by_name[v.name] = v
+    rel_names = {r.name: r for r in rels}
+    size_names = {s.name for s in size_vars(program)}
+    for r in rels:
+        for a in r.extents:
+            size_names |= {s.name for s in a.size_vars()}
+    given_sizes = {}
+    for k, val in kwargs.items():
+        if k in by_name or k in rel_names:
+            continue
+        if k in size_names:
+            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 0:
+                raise InputError(f"size {k} must be a non-negative int, got {val!r}")
+            given_sizes[k] = int(val)
+            continue
+        known = sorted(set(by_name) | set(rel_names) | size_names)
+        raise InputError(f"unknown input {k!r}; the program's inputs are {known}")
+    missing = [n for n in list(by_name) + list(rel_names) if n not in kwargs]
+    if missing:
+        raise InputError(f"missing input(s) {missing} for the program")
+
+    if exact is None:
+        exact = any(_is_object(kwargs[v.name]) for v in ins)
+    dom = Domain(exact)
+
+    constraints = []
+    arrays = {}
+    for v in ins:
+        val = kwargs[v.name]
+        for path, ext, aos in _type_shape_leaves(v.type):
+            if aos is not None:
+                raise InputError(
+                    f"input {v.name} has an array-of-structs type {v.type}; pass a struct of arrays "
+                    "instead (declare it as a pair of tensors and give a tuple of arrays)"
+                )
+            leaf = val
+            for k in path:
+                if not isinstance(leaf, (tuple, list)) or len(leaf) != 2:
+                    raise InputError(f"input {v.name} has pair type {v.type}; pass a tuple (a, b)")
+                leaf = leaf[k]
+            what = v.name + "".join(f".{k}" for k in path)
+            arr = _as_array(leaf, what, dom)
+            if arr.ndim != len(ext):
+                raise InputError(f"input {what} must have {len(ext)} dimension(s) for type {v.type}, got shape {arr.shape}")
+            for a, length in zip(ext, arr.shape):
+                constraints.append((a, int(length), f"input {what} (shape {arr.shape})"))
+            arrays[(v, path)] = arr
+    for r in rels:
+        data = kwargs[r.name]
+        data = np.asarray(data)
+        if data.dtype == bool:
+            if data.ndim != len(r.extents):
+                raise InputError(f"relation {r.name} must be a boolean array with {len(r.extents)} dimension(s)")
+            for a, length in zip(r.extents, data.shape):
+                constraints.append((a, int(length), f"relation {r.name} (shape {data.shape})"))
+    sizes = infer_sizes(constraints, given_sizes)
+    unknown = sorted(n for n in size_names if n not in sizes)
+    if unknown:
+        raise InputError(f"cannot infer size(s) {unknown} from the inputs; pass them as keyword arguments")
+
+    env = {}
+    for v in ins:
+        val = kwargs[v.name]
+        env[v] = _rebuild_value(v.type, (), arrays, v)
+    relations = {r: relation_dense(r, kwargs[r.name], sizes) for r in rels}
+    return env, sizes, relations, dom
+
+
+def _rebuild_value(t, path, arrays, v):
+    if isinstance(t, PairT):
+        return (_rebuild_value(t.fst, path + (0,), arrays, v), _rebuild_value(t.snd, path + (1,), arrays, v))
+    arr = arrays[(v, path)]
+    return arr if arr.ndim else (arr[()])
+
+
+def _is_object(val) -> bool:
+    if isinstance(val, (tuple, list)) and len(val) == 2 and not isinstance(val, np.ndarray):
+        return any(_is_object(x) for x in val)
+    if isinstance(val, sympy.Basic):
+        return True
+    return isinstance(val, np.ndarray) and val.dtype == object
+
+
+def _as_array(val, what, dom: Domain):
+    if dom.exact:
+        arr = np.asarray(val, dtype=object)
+        return arr
+    try:
+        arr = np.asarray(val)
+    except Exception as exc:  # pragma: no cover - numpy's own message
+        raise InputError(f"input {what} is not an array: {exc}") from None
+    if arr.dtype.kind not in "fiu" or arr.dtype == bool:
+        raise InputError(f"input {what} must be a real array, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"input {what} contains NaN or infinity")
+    return arr
+
+
+def relation_dense(r: Relation, data, sizes: dict) -> np.ndarray:
+    """A relation's value as a dense boolean array of its extents.
+
+    Accepts a boolean array of that shape, or integer coordinate rows of
+    shape ``(nnz, arity)``.
+    """
+    ext = tuple(a.evaluate(sizes) for a in r.extents)
+    arr = np.asarray(data)
+    if arr.dtype == bool:
+        if arr.shape != ext:
+            raise InputError(f"relation {r.name} must have shape {ext}, got {arr.shape}")
+        return arr
+    if arr.dtype.kind in "iu":
+        if arr.ndim != 2 or arr.shape[1] != len(ext):
+            if not (arr.size == 0):
+                raise InputError(
+                    f"relation {r.name}: integer data must be coordinate rows of shape (nnz, {len(ext)}), got {arr.shape}"
+                )
+            arr = arr.reshape(0, len(ext))
+        dense = np.zeros(ext, dtype=bool)
+        for col, n in enumerate(ext):
+            if arr.shape[0] and (arr[:, col].min() < 0 or arr[:, col].max() >= n):
+                raise InputError(f"relation {r.name}: coordinate column {col} is outside [0, {n})")
+        if arr.shape[0]:
+            dense[tuple(arr[:, c] for c in range(len(ext)))] = True
+        return dense
+    raise InputError(f"relation {r.name} must be a boolean array or integer coordinate rows, got dtype {arr.dtype}")
+
+
+def evaluate(program: Expr, **inputs):
+    """Evaluate ``program`` on named inputs (arrays, scalars, relation data).
+
+    Sizes are inferred from array shapes (or given as ``n=...``).  With sympy
+    object arrays as inputs, evaluation is exact over sympy.  Returns a float
+    or array (a tuple for pair outputs).
+    """
+    check_program(program)
+    env, sizes, relations, dom = prepare_inputs(program, inputs)
+    ev = Evaluator(program, env, {**sizes, **{SizeVar(k): v for k, v in sizes.items()}}, relations, dom)
+    out = ev.ev(program, dict(env))
+    return out
+
+
+

@@ -1,0 +1,141 @@
+"""Types of expressions (Section 4.1): computed, never stored.
+
+``type_of(e)`` is memoized on the node.  ``+``, ``*``, ``sum`` and black-box
+functions are scalar-only; an Iverson bracket is well-formed at any type.
+Errors name the sub-expression and the type that was expected.
+"""
+
+from __future__ import annotations
+
+from .errors import TypeCheckError, describe
+from .ir import (
+    REAL,
+    Access,
+    Add,
+    Call,
+    Const,
+    Expr,
+    Gen,
+    Iverson,
+    Let,
+    Mul,
+    Pair,
+    PairT,
+    Proj,
+    RealT,
+    Sum,
+    TensorT,
+    Type,
+    Var,
+    free_indices,
+    meta,
+)
+
+
+def type_of(e: Expr) -> Type:
+    """Signature: type_of : Expr -> Type (raises TypeCheckError)."""
+    m = meta(e)
+    t = m.get("type")
+    if t is None:
+        t = _infer(e)
+        m["type"] = t
+    return t
+
+
+def _scalar(e: Expr, what: str) -> None:
+    t = type_of(e)
+    if t is not REAL:
+        raise TypeCheckError(f"{what} needs a scalar operand, but {describe(e)} has type {t}")
+
+
+def _infer(e: Expr) -> Type:
+    match e:
+        case Var(type=t):
+            return t
+        case Const():
+            return REAL
+        case Add(lhs=a, rhs=b):
+            _scalar(a, "+")
+            _scalar(b, "+")
+            return REAL
+        case Mul(lhs=a, rhs=b):
+            _scalar(a, "*")
+            _scalar(b, "*")
+            return REAL
+        case Call(fn=f, args=args):
+            from .functions import lookup
+
+            fd = lookup(f)
+            if len(args) != fd.arity:
+                raise TypeCheckError(f"{f} takes {fd.arity} argument(s), got {len(args)} in {describe(e)}")
+            for a in args:
+                _scalar(a, f"function {f}")
+            return REAL
+        case Pair(fst=a, snd=b):
+            return PairT(type_of(a), type_of(b))
+        case Proj(index=k, arg=a):
+            t = type_of(a)
+            if not isinstance(t, PairT):
+                raise TypeCheckError(f"projection π{k} needs a pair, but {describe(a)} has type {t}")
+            if k not in (0, 1):
+                raise TypeCheckError(f"projection index must be 0 or 1, got {k}")
+            return t.fst if k == 0 else t.snd
+        case Gen(extent=n, body=b):
+            return TensorT(n, type_of(b))
+        case Sum(body=b):
+            _scalar(b, "sum")
+            return REAL
+        case Access(arr=a):
+            t = type_of(a)
+            if not isinstance(t, TensorT):
+                raise TypeCheckError(f"cannot index {describe(a)} of type {t}: it is not a tensor")
+            return t.elem
+        case Iverson(body=b):
+            return type_of(b)
+        case Let(var=v, value=e0, body=e1):
+            t0 = type_of(e0)
+            if v.type is not t0:
+                raise TypeCheckError(f"let {v.name} is declared {v.type} but bound to {describe(e0)} of type {t0}")
+            return type_of(e1)
+        case _:
+            raise TypeCheckError(f"not a value expression: {e!r}")
+
+
+def check_program(e: Expr) -> Type:
+    """Type-check a whole program: well-typed and closed over index variables."""
+    t = type_of(e)
+    fi = free_indices(e)
+    if fi:
+        names = ", ".join(sorted(repr(i) for i in fi))
+        raise TypeCheckError(f"free index variable(s) {names} in {describe(e)}: bind them with gen, sum or exists")
+    return t
+
+
+def zero_of(t: Type) -> Expr:
+    """The zero value ``0_T`` as an expression (Section 4, zero shapes)."""
+    from .ir import fresh_index
+
+    match t:
+        case RealT():
+            return Const(0)
+        case PairT(fst=a, snd=b):
+            return Pair(zero_of(a), zero_of(b))
+        case TensorT(extent=n, elem=el):
+            return Gen(fresh_index("z"), n, zero_of(el))
+        case _:
+            raise TypeCheckError(f"no zero for {t!r}")
+
+
+def type_size(t: Type):
+    """``$(T)`` of Fig. 17 as an affine/polynomial sympy-free product: returns a
+    list of extent tuples, one per scalar leaf (``[n]([m]R x R)`` -> [(n, m), (n,)])."""
+    match t:
+        case RealT():
+            return [()]
+        case PairT(fst=a, snd=b):
+            return type_size(a) + type_size(b)
+        case TensorT(extent=n, elem=el):
+            return [(n,) + s for s in type_size(el)]
+        case _:
+            raise TypeCheckError(f"not a type: {t!r}")
+
