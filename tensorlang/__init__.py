@@ -46,11 +46,37 @@ from .evaluator import evaluate
 from .printer import pretty
 from .sharing import explicit_sharing
 
+# Later stages live in their own modules and are loaded on first use, so the
+# core stays importable (and fast to import) on its own.
+_LAZY = {
+    "cost": "tensorlang.cost",
+    "cost_breakdown": "tensorlang.cost",
+    "symbolic_cost": "tensorlang.cost",
+    "normalize": "tensorlang.passes.pipeline",
+    "derivative": "tensorlang.autodiff",
+    "adjoint": "tensorlang.autodiff",
+    "grad": "tensorlang.autodiff",
+    "value_and_grad": "tensorlang.autodiff",
+    "vjp": "tensorlang.autodiff",
+    "jvp": "tensorlang.autodiff",
+    "compile": "tensorlang.backend.api",
+}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'tensorlang' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(mod), name)
+
+
 __all__ = [
     "TensorLangError", "TypeCheckError", "InputError", "IndexRangeError", "UnsupportedError",
     "Expr", "Pred", "Relation", "Type", "alpha_eq", "canonicalize", "subst",
     "Real", "const", "cos", "div", "exists", "exp", "gen", "iverson", "let", "log", "pair",
     "pair_type", "power", "proj", "register_function", "relation", "scalar", "sigmoid", "sin",
     "size", "sizes", "sqrt", "sum", "tanh", "tensor", "tensor_of", "var", "type_of", "evaluate",
-    "pretty", "explicit_sharing",
+    "pretty", "explicit_sharing", *_LAZY,
 ]
