@@ -1,0 +1,218 @@
+"""Affine indices and predicates as isl sets; counting with barvinok.
+
+The edge between the IR and isl (paper Section 4.3: affine predicates become
+narrowed loop bounds, and the cost model counts the points where they hold).
+Used by the symbolic cost model, by the simplifier (deciding predicates) and
+by the backend (iteration domains).  Nothing else imports islpy.
+
+A *domain* is a list of binders ``[(IndexVar, extent), ...]`` (outermost
+first) and a predicate over them; size variables become isl parameters.
+Relations are data, not affine: callers choose how to treat them
+(``rel="error"`` raises, ``rel="true"`` over-approximates them by true).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import islpy as isl
+import sympy
+
+from .errors import UnsupportedError, describe
+from .ir import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, size_vars
+
+
+
+def param_name(s: SizeVar) -> str:
+    return f"p_{s.name}"
+
+
+class Names:
+    """isl names for the symbols of one domain (dims by position, sizes as params)."""
+
+    def __init__(self, dims, params):
+        self.dims = list(dims)
+        self.params = sorted(params, key=lambda s: s.name)
+        self.map = {d: f"d{k}" for k, d in enumerate(self.dims)}
+        self.map.update({p: param_name(p) for p in self.params})
+        self._ex = 0
+
+    def fresh_ex(self) -> str:
+        self._ex += 1
+        return f"e{self._ex}"
+
+    def aff(self, a: Aff, local=None) -> str:
+        parts = [str(a.const)]
+        for s, c in a.terms:
+            name = (local or {}).get(s) or self.map.get(s)
+            if name is None:
+                raise UnsupportedError(f"index {a} mentions {s!r}, which is not bound in this domain")
+            parts.append(f"{c}*{name}")
+        return "(" + " + ".join(parts) + ")"
+
+    def pred(self, p: Pred, rel: str = "error", local=None) -> str:
+        """Signature: pred : Pred -> isl constraint text."""
+        match p:
+            case BoolLit(value=v):
+                return "(0 = 0)" if v else "(1 = 0)"
+            case Cmp(op=op, lhs=a, rhs=b):
+                o = {"<": "<", "<=": "<=", "==": "="}[op]
+                return f"({self.aff(a, local)} {o} {self.aff(b, local)})"
+            case And(lhs=a, rhs=b):
+                return f"({self.pred(a, rel, local)} and {self.pred(b, rel, local)})"
+            case Or(lhs=a, rhs=b):
+                return f"({self.pred(a, rel, local)} or {self.pred(b, rel, local)})"
+            case Exists(var=i, extent=n, body=b):
+                e = self.fresh_ex()
+                inner = {**(local or {}), i: e}
+                return f"(exists ({e} : 0 <= {e} < {self.aff(n, local)} and {self.pred(b, rel, inner)}))"
+            case Rel():
+                if rel == "true":
+                    return "(0 = 0)"
+                raise UnsupportedError(f"the relation {describe(p)} is data, not an affine predicate")
+            case _:
+                raise UnsupportedError(f"not a predicate: {p!r}")
+
+    def header(self) -> str:
+        return "[" + ", ".join(param_name(p) for p in self.params) + "]"
+
+    def tuple_(self) -> str:
+        return "[" + ", ".join(self.map[d] for d in self.dims) + "]"
+
+
+def domain_names(binders, pred: Pred, extra=()) -> Names:
+    params = set(size_vars(pred))
+    for _, n in binders:
+        params |= n.size_vars()
+    for x in extra:
+        params |= size_vars(x)
+    return Names([i for i, _ in binders], params)
+
+
+def domain_text(binders, pred: Pred, *, rel: str = "error", sizes_positive: bool = True, extra=()) -> tuple[str, Names]:
+    """isl text of ``{ [i0..ik] : 0 <= i_j < n_j and p }`` with sizes as parameters."""
+    names = domain_names(binders, pred, extra)
+    cons = []
+    for i, n in binders:
+        cons.append(f"0 <= {names.map[i]} < {names.aff(n)}")
+    cons.append(names.pred(pred, rel))
+    if sizes_positive:
+        cons.extend(f"{param_name(p)} >= 1" for p in names.params)
+    text = f"{names.header()} -> {{ {names.tuple_()} : {' and '.join(cons)} }}"
+    return text, names
+
+
+@lru_cache(maxsize=4096)
+def _parse_set(text: str) -> isl.Set:
+    return isl.Set(text)
+
+
+def domain_set(binders, pred: Pred, *, rel: str = "error", sizes_positive: bool = True, extra=()) -> tuple[isl.Set, Names]:
+    text, names = domain_text(binders, pred, rel=rel, sizes_positive=sizes_positive, extra=extra)
+    return _parse_set(text), names
+
+
+def count(binders, pred: Pred, *, rel: str = "error", outer: int = 0, sizes_positive: bool = True):
+    """Symbolic number of points of the domain, as a sympy expression in the sizes.
+
+    With ``outer = k`` the first ``k`` binders are kept as free symbols
+    named like the index variables (a count per outer point).
+    """
+    s, names = domain_set(binders, pred, rel=rel, sizes_positive=sizes_positive)
+    if outer:
+        s = s.move_dims(isl.dim_type.param, len(names.params), isl.dim_type.set, 0, outer)
+    return pwqp_to_sympy(s.card(), names)
+
+
+def count_at(binders, pred: Pred, sizes: dict, *, rel: str = "error") -> int:
+    """Number of points at concrete sizes (``sizes``: name -> int, any size >= 0)."""
+    s, names = domain_set(binders, pred, rel=rel, sizes_positive=False)
+    expr = pwqp_to_sympy(s.card(), names)
+    missing = [p.name for p in names.params if p.name not in sizes]
+    if missing:
+        raise UnsupportedError(f"size(s) {missing} have no value")
+    val = expr.subs({size_symbol(p.name): sizes[p.name] for p in names.params})
+    return int(val)
+
+
+def is_empty(binders, pred: Pred, *, rel: str = "true", sizes_positive: bool = True) -> bool:
+    """Is ``pred`` false at every point for every size >= 1 (relations read as true)?"""
+    s, _ = domain_set(binders, pred, rel=rel, sizes_positive=sizes_positive)
+    return s.is_empty()
+
+
+def implies(binders, p: Pred, q: Pred, *, sizes_positive: bool = True) -> bool:
+    """Does ``p`` imply ``q`` on the domain for every size >= 1?  (Affine only.)"""
+    s, names = domain_set(binders, p, sizes_positive=sizes_positive, extra=(q,))
+    t, _ = domain_set(binders, q, sizes_positive=sizes_positive, extra=(p,))
+    return s.is_subset(t)
+
+
+# -- PwQPolynomial -> sympy ----------------------------------------------------
+
+_SYMS: dict = {}
+
+
+def size_symbol(name: str) -> sympy.Symbol:
+    s = _SYMS.get(name)
+    if s is None:
+        s = _SYMS[name] = sympy.Symbol(name, integer=True)
+    return s
+
+
+def _locals(names: Names) -> dict:
+    loc = {"floor": sympy.floor}
+    for p in names.params:
+        loc[param_name(p)] = size_symbol(p.name)
+    for k, d in enumerate(names.dims):
+        loc[f"d{k}"] = sympy.Symbol(repr(d), integer=True)
+    return loc
+
+
+_BODY = re.compile(r"\{\s*(.*?)\s*\}\s*$", re.S)
+
+
+def _parse_poly(text: str, loc: dict):
+    m = _BODY.search(text)
+    body = m.group(1) if m else text
+    if ":" in body:
+        body = body.split(":", 1)[0]
+    body = body.replace("^", "**")
+    return sympy.sympify(body, locals=loc) if body.strip() else sympy.Integer(0)
+
+
+def _constraint(c, loc: dict):
+    expr = sympy.Integer(0)
+    for key, val in c.get_coefficients_by_name().items():
+        v = sympy.Rational(str(val))
+        if key == 1:
+            expr += v
+        elif isinstance(key, str):
+            expr += v * loc[key]
+        else:  # an integer division (floor) introduced by isl
+            m = re.search(r"\[\((.*)\)\]", str(key))
+            expr += v * sympy.sympify(m.group(1).replace("^", "**"), locals=loc)
+    return sympy.Eq(expr, 0) if c.is_equality() else (expr >= 0)
+
+
+def pwqp_to_sympy(pw: isl.PwQPolynomial, names: Names):
+    """A piecewise quasi-polynomial as a sympy expression (Piecewise when needed).
+    Outside every piece the count is 0."""
+    loc = _locals(names)
+    # parameters moved in from set dims keep isl names like d0; map them too
+    pieces = []
+    for dom, qp in pw.get_pieces():
+        val = _parse_poly(str(qp), loc)
+        conds = []
+        for bs in dom.get_basic_sets():
+            conds.append(sympy.And(*[_constraint(c, loc) for c in bs.get_constraints()]))
+        pieces.append((val, sympy.Or(*conds)))
+    if not pieces:
+        return sympy.Integer(0)
+    if len(pieces) == 1 and pieces[0][1] is sympy.true:
+        return sympy.expand(pieces[0][0])
+    return sympy.Piecewise(*[(sympy.expand(v), c) for v, c in pieces], (0, True))
+
+
+
