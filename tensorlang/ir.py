@@ -664,7 +664,15 @@ def free_vars(n: Node) -> frozenset:
             case Let(var=v, value=e0, body=e1):
                 fv = free_vars(e0) | (free_vars(e1) - {v})
             case _:
-                fv = frozenset().union(*(free_vars(c) for c in children(n) if isinstance(c, (Expr, Pred)))) if isinstance(n, (Expr, Pred)) else frozenset()
+                # Call keeps its arguments in a tuple field: descend into tuples too
+                parts = []
+                if isinstance(n, (Expr, Pred)):
+                    for c in children(n):
+                        if isinstance(c, (Expr, Pred)):
+                            parts.append(free_vars(c))
+                        elif isinstance(c, tuple):
+                            parts.extend(free_vars(x) for x in c if isinstance(x, (Expr, Pred)))
+                fv = frozenset().union(*parts)
         m["fv"] = fv
     return fv
 
