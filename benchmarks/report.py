@@ -1,0 +1,157 @@
+"""Reports of a benchmark run: the Markdown table (results.md) and log-log plots (PNG, Agg backend)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from .runner import METHODS
+
+
+def _ms(s):
+    if s is None:
+        return ""
+    ms = s * 1e3
+    return f"{ms:.3g}" if ms < 1e5 else f"{ms:.4g}"
+
+
+def _size_label(row):
+    extra = ", ".join(f"{k}={v}" for k, v in sorted(row["sizes"].items()) if k != row["primary"])
+    return f"{row['primary']}={row['size']}" + (f" ({extra})" if extra else "")
+
+
+def _status(row):
+    st = row["status"]
+    if st == "ok":
+        return "ok"
+    reason = (row.get("reason") or "").replace("|", "/").replace("\n", " ")
+    return f"**{st}**: {reason[:110]}" if st in ("FAILED", "ERROR", "CRASH", "TIMEOUT", "OOM") else f"{st}: {reason[:110]}"
+
+
+def goals(doc) -> list:
+    """The issue's expected outcomes, evaluated from the measurements (never asserted)."""
+    res = defaultdict(dict)
+    for r in doc["results"]:
+        if r["status"] == "ok":
+            res[(r["workload"], r["size"])][r["method"]] = r
+    out = []
+    for wl in ("diag-dot", "diag-trace"):
+        a, b = res.get((wl, 8000), {}).get("tensorlang"), res.get((wl, 8000), {}).get("jax")
+        if a and b:
+            sp = b["grad_s"] / a["grad_s"]
+            out.append(f"{wl}, N = 8000: tensorlang gradient {sp:.3g}x faster than JAX (goal >= 100x): "
+                       + ("met" if sp >= 100 else "MISSED"))
+        else:
+            out.append(f"{wl}, N = 8000, tensorlang vs JAX >= 100x: not measured "
+                       f"(tensorlang {'ok' if a else 'missing'}, JAX {'ok' if b else 'missing'})")
+    cell = res.get(("deconv-m16", 1_000_000), {})
+    a, b = cell.get("tensorlang"), cell.get("jax")
+    if a and b:
+        out.append(f"deconv m = 16, n = 1e6: tensorlang grad {_ms(a['grad_s'])} ms vs JAX {_ms(b['grad_s'])} ms "
+                   f"({'met' if a['grad_s'] <= b['grad_s'] else 'MISSED'}); grad/primal {a['ratio']:.2f} "
+                   f"({'met' if a['ratio'] <= 2.5 else 'MISSED'}, goal <= 2.5)")
+    else:
+        out.append("deconv m = 16, n = 1e6 (tensorlang <= JAX, grad/primal <= 2.5): not measured")
+    ratios = [c for c in doc.get("costs", []) if c["status"] == "ok" and "ratio" in c.get("costs", {})]
+    if ratios:
+        worst = max(ratios, key=lambda c: c["costs"]["ratio"])
+        out.append(f"cost-model gradient/primal op ratio: worst {worst['costs']['ratio']:.2f} on {worst['workload']} "
+                   f"{_size_label(worst)} ({'met' if worst['costs']['ratio'] <= 3 else 'MISSED'}, goal <= 3)")
+    else:
+        out.append("cost-model gradient/primal op ratio <= 3: not measured (tl.cost / tl.adjoint not available)")
+    return out
+
+
+def markdown(doc) -> str:
+    m = doc["meta"]
+    mi = m["machine"]
+    lines = [
+        "# tensorlang benchmark results", "",
+        f"Command: `{m['command']}` ({m['mode']} mode), {mi['date_utc']}, commit {mi.get('git_commit', '?')}, "
+        f"{m['elapsed_s']:.0f} s.", "",
+        f"Machine: {mi.get('cpu', '?')}, {mi['cpu_count']} CPUs ({mi['affinity']} usable), "
+        f"{mi.get('mem_total_gb', '?')} GB, {mi['platform']}, Python {mi['python']}, NumPy {mi['numpy']}.", "",
+        f"Threads: {mi['threads']} per method ({', '.join(f'{k}={v}' for k, v in m['thread_env'].items())}; "
+        "torch.set_num_threads).  Times are medians after one warm-up call "
+        f"(<= {m['repeats']} repeats or {m['budget_s']} s); compile = factory + first call (includes tracing/JIT).  "
+        f"Timeout {m['timeout_s']:g} s per task, memory limit {m['mem_limit_gb']:g} GB per process.  "
+        f"Every gradient is checked against the NumPy reference (relative tolerance {m['tol']:g}) before timing.", "",
+        "Versions: " + "; ".join(f"{k}: {v}" for k, v in m.get("versions", {}).items() if v) + ".", "",
+        f"tensorlang stages present: {m['tensorlang_stages']}.", "",
+        "## Goals (issue #8)", "",
+        *[f"- {g}" for g in goals(doc)], "",
+        "## NumPy references vs. central finite differences", "",
+        "| workload | max rel. error | ok |", "|---|---|---|",
+        *[f"| {k} | {v['fd_max_rel_err']:.1e} | {'yes' if v['ok'] else '**NO**'} |"
+          for k, v in doc["reference_checks"].items()], "",
+    ]
+    by_w = defaultdict(list)
+    for r in doc["results"]:
+        by_w[r["workload"]].append(r)
+    costs = {(c["workload"], c["size"]): c for c in doc.get("costs", [])}
+    order = {mm: i for i, mm in enumerate(METHODS)}
+    for name, rows in by_w.items():
+        info = doc["workloads"][name]
+        lines += [f"## {info['number']}. {name}: {info['title']}", "",
+                  f"Gradient with respect to {', '.join(info['wrt'])}.  Times in ms.", "",
+                  "| size | method | status | primal | grad | grad/primal | compile grad (s) | peak +MB | max rel err |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in sorted(rows, key=lambda r: (r["size"], order.get(r["method"], 99))):
+            ratio = f"{r['ratio']:.2f}" if r.get("ratio") else ""
+            comp = f"{r['compile_grad_s']:.3g}" if r.get("compile_grad_s") is not None else ""
+            mem = f"{r['peak_delta_mb']:.0f}" if r.get("peak_delta_mb") is not None else ""
+            err = f"{r['max_rel_err']:.1e}" if r.get("max_rel_err") is not None else ""
+            lines.append(f"| {_size_label(r)} | {r['method']} | {_status(r)} | {_ms(r.get('primal_s'))} | "
+                         f"{_ms(r.get('grad_s'))} | {ratio} | {comp} | {mem} | {err} |")
+        sizes = sorted({r["size"] for r in rows})
+        cs = [costs.get((name, s)) for s in sizes]
+        if any(cs):
+            lines += ["", "Cost model (Fig. 6 operation counts):", "",
+                      "| size | primal ops | gradient ops | ratio | naive-adjoint ops | status |", "|---|---:|---:|---:|---:|---|"]
+            for s, c in zip(sizes, cs):
+                if c is None:
+                    continue
+                cc = c.get("costs", {})
+                note = _status(c) if c["status"] != "ok" else "; ".join(
+                    f"{k}: {v[:90]}" for k, v in cc.items() if k.endswith("_error")) or "ok"
+                ratio = f"{cc['ratio']:.2f}" if "ratio" in cc else ""
+                lines.append(f"| {_size_label(c)} | {cc.get('primal', '')} | {cc.get('grad', '')} | {ratio} | "
+                             f"{cc.get('grad_naive', '')} | {note} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def plots(doc, out: Path) -> list:
+    """One PNG per workload: time versus primary size, log-log; gradient solid, primal dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_w = defaultdict(lambda: defaultdict(list))
+    for r in doc["results"]:
+        if r["status"] == "ok":
+            by_w[r["workload"]][r["method"]].append(r)
+    written = []
+    for name, per_method in by_w.items():
+        info = doc["workloads"][name]
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for k, method in enumerate(sorted(per_method, key=lambda mm: METHODS.index(mm) if mm in METHODS else 99)):
+            rs = sorted(per_method[method], key=lambda r: r["size"])
+            xs = [r["size"] for r in rs]
+            color = f"C{k}"
+            ax.plot(xs, [r["grad_s"] for r in rs], "o-", color=color, label=f"{method} gradient")
+            ax.plot(xs, [r["primal_s"] for r in rs], "x--", color=color, alpha=0.6, label=f"{method} primal")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(info["primary"])
+        ax.set_ylabel("time (s, median)")
+        ax.set_title(f"{info['number']}. {name}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        path = out / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,280 @@
+"""The benchmark runner: ``python -m benchmarks`` / ``tensorlang bench`` (issue #8).
+
+Usage: ``python -m benchmarks [--quick] [--only WORKLOAD ...] [--sizes N ...] [--out DIR]
+[--methods m1,m2] [--timeout S] [--threads T] [--mem-limit-gb G]``.
+
+Every method runs in its own subprocess (benchmarks/worker.py) with its thread
+count fixed through the environment, a per-task timeout and a resident-memory
+limit enforced from here; a missing package, a crash, a timeout or a wrong
+gradient becomes a row of the table, never a silent gap.  After a timeout or a
+memory kill the method's larger sizes of that workload are skipped.
+Outputs in --out: results.json, results.md and one log-log PNG per workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import workloads as W
+
+ROOT = Path(__file__).resolve().parent.parent
+TAG = b"@@BENCH@@ "
+METHODS = ("tensorlang", "tensorlang-naive", "jax", "torch", "autograd", "numba-hand")
+COST = "tensorlang-cost"
+RUN_ORDER = ("numba-hand", "jax", "torch", "autograd", "tensorlang", "tensorlang-naive", COST)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="CI smoke run: tiny sizes, few repeats, still checks every result")
+    p.add_argument("--only", nargs="+", action="extend", metavar="WORKLOAD",
+                   help="workload names, prefixes (deconv) or numbers (1..8)")
+    p.add_argument("--sizes", nargs="+", type=int, metavar="N", help="values of each workload's primary size")
+    p.add_argument("--out", default="bench-results", help="output directory (default: bench-results)")
+    p.add_argument("--methods", default=",".join(METHODS + (COST,)),
+                   help=f"comma-separated subset of {', '.join(METHODS + (COST,))}")
+    p.add_argument("--timeout", type=float, help="seconds per task (default 60 quick, 600 full)")
+    p.add_argument("--repeats", type=int, help="max timed repeats (default 3 quick, 7 full)")
+    p.add_argument("--budget", type=float, help="seconds of timed calls per measurement (default 0.5 quick, 10 full)")
+    p.add_argument("--threads", type=int, default=1, help="threads for every framework (default 1)")
+    p.add_argument("--mem-limit-gb", type=float, default=8.0, help="kill a method's process above this RSS")
+    p.add_argument("--tol", type=float, default=1e-6, help="max relative error of a gradient")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-plots", action="store_true")
+    a = p.parse_args(argv)
+    a.methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    bad = [m for m in a.methods if m not in METHODS + (COST,)]
+    if bad:
+        p.error(f"unknown method(s) {bad}")
+    a.timeout = a.timeout or (60.0 if a.quick else 600.0)
+    a.repeats = a.repeats or (3 if a.quick else 7)
+    a.budget = a.budget if a.budget is not None else (0.5 if a.quick else 10.0)
+    return a
+
+
+def plan(args) -> list:
+    """The task list: one entry per (workload, sizes), sizes ascending within a workload."""
+    tasks = []
+    for w in W.select(args.only):
+        if args.sizes:
+            size_list = [w.size_dict(v) for v in sorted(args.sizes)]
+        elif args.quick:
+            size_list = [dict(w.quick)]
+        else:
+            size_list = [w.size_dict(v) for v in w.sizes]
+        for s in size_list:
+            tasks.append({"id": f"{w.name}|{json.dumps(s, sort_keys=True)}", "workload": w.name, "sizes": s})
+    return tasks
+
+
+def thread_env(threads: int) -> dict:
+    env = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        env[k] = str(threads)
+    env["BENCH_THREADS"] = str(threads)
+    if threads == 1:
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                            "intra_op_parallelism_threads=1").strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _child_rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_method(method: str, tasks: list, args, env: dict, log) -> tuple[dict, dict]:
+    """Run ``tasks`` for one method in worker subprocesses; returns ({task id: result}, versions)."""
+    results, versions = {}, {}
+    pending = list(tasks)
+    limit = int(args.mem_limit_gb * 2**30)
+    cfg = {"method": method, "seed": args.seed, "tol": args.tol, "repeats": args.repeats, "budget": args.budget}
+    while pending:
+        errpath = Path(args.out) / f".stderr-{method}.txt"
+        with open(errpath, "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "benchmarks.worker"], cwd=ROOT, env=env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                    start_new_session=True)
+            proc.stdin.write(json.dumps({**cfg, "tasks": pending}).encode())
+            proc.stdin.close()
+            fd = proc.stdout.fileno()
+            buf, current, since, peak, killed = b"", None, time.monotonic(), 0, None
+            while True:
+                ready, _, _ = select.select([fd], [], [], 0.05)
+                if ready:
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        break
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if not line.startswith(TAG):
+                            continue
+                        ev = json.loads(line[len(TAG):])
+                        kind = ev.pop("event")
+                        if kind == "env":
+                            versions = ev["versions"]
+                        elif kind == "start":
+                            current, since, peak = ev["id"], time.monotonic(), 0
+                        elif kind == "result":
+                            tid = ev.pop("id")
+                            results[tid] = ev
+                            _log_result(log, method, tid, ev)
+                            current, since = None, time.monotonic()
+                rss = _child_rss(proc.pid)
+                peak = max(peak, rss)
+                if rss > limit:
+                    killed = ("OOM", f"resident memory above {args.mem_limit_gb:g} GB, killed")
+                elif time.monotonic() - since > args.timeout:
+                    killed = ("TIMEOUT", f"no result within {args.timeout:g} s")
+                if killed:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    break
+            rc = proc.wait()
+            proc.stdout.close()
+        tail = errpath.read_text(errors="replace")[-1500:]
+        before = len(pending)
+        pending = [t for t in pending if t["id"] not in results]
+        if not pending:
+            break
+        # the task that was running (or, if the worker died between tasks, the next one) failed
+        failed = current or pending[0]["id"]
+        if killed:
+            status, reason = killed
+        else:
+            status, reason = "CRASH", f"worker exited with code {rc}; stderr: {tail.strip()[-600:]}"
+        results[failed] = {"status": status, "reason": reason, "peak_rss_mb": peak / 2**20}
+        _log_result(log, method, failed, results[failed])
+        wname = failed.split("|", 1)[0]
+        after_failed = False
+        for t in pending:
+            if t["id"] == failed:
+                after_failed = True
+            elif after_failed and t["workload"] == wname and status in ("OOM", "TIMEOUT"):
+                results[t["id"]] = {"status": "skipped", "reason": f"{status} at a smaller size"}
+        pending = [t for t in pending if t["id"] not in results]
+        if len(pending) >= before:  # no progress: never loop forever
+            for t in pending:
+                results[t["id"]] = {"status": "CRASH", "reason": reason}
+            break
+    return results, versions
+
+
+def _log_result(log, method, tid, ev):
+    w, s = tid.split("|", 1)
+    msg = ev["status"]
+    if ev["status"] == "ok" and "grad_s" in ev:
+        msg += f"  grad {ev['grad_s'] * 1e3:.3g} ms  primal {ev['primal_s'] * 1e3:.3g} ms  err {ev.get('max_rel_err', 0):.1e}"
+    elif ev["status"] == "ok" and "costs" in ev:
+        msg += f"  {ev['costs']}"
+    elif ev.get("reason"):
+        msg += f"  ({ev['reason'][:140]})"
+    print(f"[{method:16s}] {w:14s} {s:32s} {msg}", file=log, flush=True)
+
+
+def machine_info(threads: int) -> dict:
+    info = {
+        "platform": platform.platform(), "python": platform.python_version(),
+        "cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "threads": threads,
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+        with open("/proc/meminfo") as f:
+            info["mem_total_gb"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except (OSError, StopIteration):
+        pass
+    try:
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                            text=True, timeout=10).stdout.strip()
+    except Exception:  # not a checkout: the rest of the info still stands
+        info["git_commit"] = "?"
+    import numpy
+
+    info["numpy"] = numpy.__version__
+    return info
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    log = sys.stderr
+    tasks = plan(args)
+    env = thread_env(args.threads)
+    meta = {"command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
+            "mode": "quick" if args.quick else "full", "machine": machine_info(args.threads),
+            "thread_env": {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                               "NUMBA_NUM_THREADS", "XLA_FLAGS") if k in env},
+            "timeout_s": args.timeout, "repeats": args.repeats, "budget_s": args.budget,
+            "mem_limit_gb": args.mem_limit_gb, "tol": args.tol, "seed": args.seed}
+    from .tl_impl import stages
+
+    meta["tensorlang_stages"] = stages()
+
+    # the NumPy references are the oracle of every row: check them against finite differences first
+    ref_checks = {}
+    for w in W.select(args.only):
+        err = W.finite_difference_check(w)
+        ref_checks[w.name] = {"fd_max_rel_err": err, "ok": err < 1e-5}
+        if err >= 1e-5:
+            print(f"WARNING: NumPy reference gradient of {w.name} disagrees with finite differences ({err:.2e})",
+                  file=log)
+
+    rows, costs, versions = [], [], {}
+    for method in [m for m in RUN_ORDER if m in args.methods]:
+        res, ver = run_method(method, tasks, args, env, log)
+        versions[method] = ver
+        for t in tasks:
+            r = res.get(t["id"], {"status": "CRASH", "reason": "no result"})
+            w = W.BY_NAME[t["workload"]]
+            row = {"workload": w.name, "number": w.number, "primary": w.primary, "size": t["sizes"][w.primary],
+                   "sizes": t["sizes"], "method": method, **r}
+            (costs if method == COST else rows).append(row)
+    meta["versions"] = versions
+    meta["elapsed_s"] = time.monotonic() - t0
+    doc = {"meta": meta, "reference_checks": ref_checks, "results": rows, "costs": costs,
+           "workloads": {w.name: {"number": w.number, "title": w.title, "primary": w.primary, "wrt": list(w.wrt)}
+                         for w in W.select(args.only)}}
+    (out / "results.json").write_text(json.dumps(doc, indent=1, default=str))
+    from . import report
+
+    (out / "results.md").write_text(report.markdown(doc))
+    if not args.no_plots:
+        try:
+            report.plots(doc, out)
+        except ImportError as exc:
+            print(f"plots skipped: {exc}", file=log)
+    n_bad = sum(r["status"] in ("FAILED", "ERROR", "CRASH") for r in rows + costs)
+    print(f"wrote {out}/results.json, results.md ({len(rows)} rows, {n_bad} failed/error/crash) "
+          f"in {meta['elapsed_s']:.0f} s", file=log)
+    return 1 if any(r["status"] == "FAILED" for r in rows) or not all(c["ok"] for c in ref_checks.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
