@@ -12,6 +12,7 @@ Peak memory is sampled from /proc/self/statm during the task.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import os
 import resource
@@ -186,8 +187,8 @@ def load(method: str):
     for pkg in {"jax": ("jax", "jaxlib"), "torch": ("torch",), "autograd": ("autograd",),
                 "numba-hand": ("numba", "llvmlite")}[method]:
         try:
-            versions[pkg] = importlib.import_module(pkg).__version__
-        except Exception:  # some packages lack __version__; the table still names them
+            versions[pkg] = importlib.metadata.version(pkg)
+        except Exception:  # not installed as a distribution: the table still names it
             versions[pkg] = "?"
     if method == "torch":
         import torch

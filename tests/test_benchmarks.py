@@ -1,0 +1,109 @@
+"""Smoke tests of the benchmark suite (benchmarks/, issue #8).
+
+Oracles: central finite differences for the hand-derived NumPy gradients; the
+reference evaluator for the NumPy losses (two independent implementations of
+each workload); the runner's own outputs for the smoke runs.  No timing
+assertions.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import runner, worker
+from benchmarks import workloads as W
+from benchmarks.methods import Impl
+
+import tensorlang as tl
+
+
+@pytest.mark.parametrize("w", W.WORKLOADS, ids=lambda w: w.name)
+def test_numpy_gradient_matches_finite_differences(w):
+    assert W.finite_difference_check(w, seed=3) < 1e-6
+
+
+@pytest.mark.parametrize("w", W.WORKLOADS, ids=lambda w: w.name)
+def test_numpy_loss_matches_tensorlang_program(w):
+    loss, ins = w.program()
+    assert set(w.wrt) <= set(ins)
+    d = w.make_data(w.check, seed=5)
+    got = tl.evaluate(loss, **d)
+    ref = w.loss_ref(d)
+    assert got == pytest.approx(ref, rel=1e-10, abs=1e-12)
+
+
+def _fake_builder(perturb):
+    """A method whose gradient is the NumPy reference, optionally corrupted at one entry."""
+
+    def build(w, data, sizes):
+        def make_grad():
+            def run():
+                g = {k: v.copy() for k, v in w.grad_ref(data).items()}
+                if perturb:
+                    name = w.wrt[0]
+                    g[name].flat[-1] += perturb * (1.0 + abs(g[name]).max())
+                return g
+
+            return run
+
+        return Impl(lambda: (lambda: w.loss_ref(data)), make_grad, value=float, grads=lambda g: g)
+
+    return build
+
+
+def test_wrong_gradient_is_failed_and_not_timed():
+    cfg = {"seed": 0, "tol": 1e-6, "repeats": 2, "budget": 0.01}
+    task = {"workload": "nbody", "sizes": {"n": 7}}
+    bad = worker.run_task("fake", _fake_builder(1e-3), task, cfg)
+    assert bad["status"] == "FAILED"
+    assert "grad_s" not in bad and "primal_s" not in bad
+    good = worker.run_task("fake", _fake_builder(0.0), task, cfg)
+    assert good["status"] == "ok"
+    assert good["max_rel_err"] == 0.0
+    assert good["grad_s"] > 0 and good["primal_s"] > 0
+
+
+def test_quick_run_validates_every_result(tmp_path):
+    out = tmp_path / "bench"
+    rc = runner.main(["--quick", "--only", "deconv-m3", "--methods", "autograd,numba-hand,tensorlang,tensorlang-cost",
+                      "--out", str(out)])
+    doc = json.loads((out / "results.json").read_text())
+    assert rc == 0
+    rows = {r["method"]: r for r in doc["results"]}
+    assert set(rows) == {"autograd", "numba-hand", "tensorlang"}
+    for m in ("autograd", "numba-hand"):
+        assert rows[m]["status"] == "ok", rows[m]
+        assert rows[m]["max_rel_err"] <= 1e-6
+        assert rows[m]["grad_s"] > 0 and rows[m]["primal_s"] > 0
+    # tensorlang runs (checked) when its stages exist, and says why not otherwise
+    assert rows["tensorlang"]["status"] in ("ok", "not available"), rows["tensorlang"]
+    if rows["tensorlang"]["status"] == "ok":
+        assert rows["tensorlang"]["max_rel_err"] <= 1e-6
+    assert doc["reference_checks"]["deconv-m3"]["ok"]
+    assert doc["meta"]["machine"]["threads"] == 1
+    md = (out / "results.md").read_text()
+    assert "deconv-m3" in md and "numba-hand" in md
+    assert (out / "deconv-m3.png").stat().st_size > 0
+
+
+def test_timeout_is_reported_and_larger_sizes_skipped(tmp_path):
+    out = tmp_path / "bench"
+    runner.main(["--only", "diag-dot", "--sizes", "10", "20", "--methods", "numba-hand", "--timeout", "0.2",
+                 "--no-plots", "--out", str(out)])
+    doc = json.loads((out / "results.json").read_text())
+    statuses = [r["status"] for r in sorted(doc["results"], key=lambda r: r["size"])]
+    assert statuses == ["TIMEOUT", "skipped"]
+
+
+def test_only_selects_by_prefix_and_number():
+    assert [w.name for w in W.select(["deconv"])] == ["deconv-m3", "deconv-m16", "deconv-m64"]
+    assert [w.name for w in W.select(["8"])] == ["nbody"]
+    with pytest.raises(SystemExit):
+        W.select(["no-such-workload"])
+
+
+def test_sparse_data_respects_pattern():
+    d = W.BY_NAME["sparse"].make_data({"n": 50}, seed=0)
+    assert not np.any(d["A"][~d["S"]])
+    assert 0.01 < d["S"].mean() < 0.1
