@@ -1,0 +1,589 @@
+"""The work cost model of paper Section 4.3, Figure 6 (rules 4.22-4.34),
+with its Figure 17 extension (rules 6.50-6.54) and Theorem 6.55's
+input-output-sensitive cost.
+
+Counting is static: the program's arithmetic is never executed.  One
+structural recursion (:func:`cost_terms`) turns a program into a list of
+*count terms*, each "``coeff`` operations of one kind at every point of the
+iteration domain ``{binders : pred}``", where the binders are the enclosing
+gens and sums and ``pred`` conjoins every enclosing predicate (a term under a
+false bracket costs 0, rule 4.33, so costs are counted only where all
+enclosing predicates hold).  The rules become:
+
+* 4.25 / 4.26: one multiplication / call of ``f`` at every point of the
+  context;
+* 4.24 (*): ``[p0]·e0 + [p1]·e1`` adds one addition at the context points
+  where ``p0 ∧ p1`` holds (an operand without a bracket has ``p = true``;
+  directly nested brackets ``[p]·[q]·e`` combine to ``p ∧ q``);
+* 4.30 (**): a chain ``sum[i0:n0] ... sum[ik:nk] [p]·e`` is costed jointly:
+  ``+1`` addition per satisfying tuple (extended context), the body ``e``
+  costed in the extended context, and ``-1`` addition at the outer points
+  where ``exists[i0:n0] ... exists[ik:nk] p`` holds;
+* 4.29 / 4.33 / 4.34: gens and brackets extend the context; pairs,
+  projections, accesses and lets (4.27, 4.28, 4.31, 4.32) add their parts.
+
+Each term is then counted: with isl (``isl_bridge``) at fixed sizes, by
+enumerating the index domain with NumPy when a relation (data) occurs, or
+symbolically (barvinok ``card``) in ``cost_symbolic``.
+
+Sharing: every entry point first applies
+:func:`tensorlang.sharing.explicit_sharing`, so a DAG-shared sub-term the user
+computed once is costed once (as the ``let`` it denotes).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+
+import islpy as isl
+import numpy as np
+
+from . import isl_bridge as ib
+from .errors import InputError, TensorLangError, UnsupportedError, describe
+from .ir import (
+    FALSE,
+    TRUE,
+    Access,
+    Add,
+    And,
+    BoolLit,
+    Call,
+    Cmp,
+    Const,
+    Exists,
+    Expr,
+    Gen,
+    IndexVar,
+    Iverson,
+    Let,
+    Mul,
+    Or,
+    Pair,
+    PairT,
+    Pred,
+    Proj,
+    RealT,
+    Rel,
+    SizeVar,
+    Sum,
+    TensorT,
+    Type,
+    Var,
+    conj,
+    free_indices,
+    fresh_index,
+    input_vars,
+    meta,
+    relations_of,
+    size_vars,
+    subst,
+    sym_aff,
+    walk,
+)
+from .sharing import explicit_sharing
+from .typecheck import check_program, type_of
+
+ADD = "add"
+MUL = "mul"
+
+
+def call_kind(fn: str) -> str:
+    return "call:" + fn
+
+
+# --------------------------------------------------------------------------
+# Count terms
+
+
+def strip_brackets(e: Expr):
+    """``[p0]·[p1]·...·e`` -> ``(p0 ∧ p1 ∧ ..., e)``; ``(TRUE, e)`` without a bracket."""
+    ps = []
+    while isinstance(e, Iverson):
+        ps.append(e.pred)
+        e = e.body
+    return conj(*ps), e
+
+
+def _bind(chain, bound: frozenset):
+    """Rename binders of ``chain`` that shadow an enclosing binder (or each
+    other), so every domain dimension has its own variable.  Returns the new
+    chain and the renaming (IndexVar -> Aff) to apply to what is under it."""
+    ren = {}
+    out = []
+    seen = set(bound)
+    for i, n in chain:
+        n = n.subst(ren) if ren else n
+        if i in seen:
+            j = fresh_index(i.name)
+            ren[i] = sym_aff(j)
+            i = j
+        seen.add(i)
+        out.append((i, n))
+    return tuple(out), ren
+
+
+class _Collector:
+    """Signature: go : Expr × binders × Pred -> None, appending count terms
+    ``(kind, coeff, binders, pred)`` whose total is ``Σ_σ $⟦e⟧σ`` over the
+    context ``{binders : pred}``."""
+
+    def __init__(self):
+        self.terms: list = []
+
+    def emit(self, kind, coeff, binders, pred):
+        if pred is not FALSE:
+            self.terms.append((kind, coeff, binders, pred))
+
+    def go(self, e: Expr, B: tuple, P: Pred) -> None:
+        if P is FALSE:  # 4.33: nothing under a false bracket is evaluated
+            return
+        match e:
+            case Var() | Const():  # 4.22, 4.23
+                return
+            case Add(lhs=a, rhs=b):  # 4.24 (*)
+                p0, _ = strip_brackets(a)
+                p1, _ = strip_brackets(b)
+                self.go(a, B, P)
+                self.go(b, B, P)
+                self.emit(ADD, 1, B, conj(P, p0, p1))
+            case Mul(lhs=a, rhs=b):  # 4.25
+                self.emit(MUL, 1, B, P)
+                self.go(a, B, P)
+                self.go(b, B, P)
+            case Call(fn=f, args=args):  # 4.26
+                self.emit(call_kind(f), 1, B, P)
+                for a in args:
+                    self.go(a, B, P)
+            case Pair(fst=a, snd=b):  # 4.27
+                self.go(a, B, P)
+                self.go(b, B, P)
+            case Proj(arg=a):  # 4.28
+                self.go(a, B, P)
+            case Gen(var=i, extent=n, body=b):  # 4.29
+                (chain, ren) = _bind(((i, n),), _bound(B))
+                if ren:
+                    b = subst(b, idx=ren)
+                self.go(b, B + chain, P)
+            case Sum():  # 4.30 (**), chains of sums costed jointly
+                chain = []
+                x = e
+                while isinstance(x, Sum):
+                    chain.append((x.var, x.extent))
+                    x = x.body
+                chain, ren = _bind(tuple(chain), _bound(B))
+                p, body = strip_brackets(x)
+                if ren:
+                    p = subst(p, idx=ren)
+                    body = subst(body, idx=ren)
+                inner = conj(P, p)
+                self.emit(ADD, 1, B + chain, inner)
+                self.go(body, B + chain, inner)
+                ex = p
+                for i, n in reversed(chain):
+                    ex = Exists(i, n, ex)
+                self.emit(ADD, -1, B, conj(P, ex))
+            case Access(arr=a):  # 4.31
+                self.go(a, B, P)
+            case Iverson(pred=p, body=b):  # 4.33, 4.34
+                self.go(b, B, conj(P, p))
+            case Let(value=e0, body=e1):  # 4.32
+                self.go(e0, B, P)
+                self.go(e1, B, P)
+            case _:
+                raise TensorLangError(f"the cost model has no rule for {describe(e)}")
+
+
+def _bound(B) -> frozenset:
+    return frozenset(i for i, _ in B)
+
+
+def cost_terms(expr: Expr, *, share: bool = True) -> dict:
+    """The count terms of ``expr``: ``{(binders, pred): {kind: coeff}}``.
+
+    ``kind`` is ``"add"``, ``"mul"`` or ``"call:<fn>"``; the cost is
+    ``Σ coeff · #{binders : pred}``.  Memoized on the (shared) program.
+    """
+    if not isinstance(expr, Expr):
+        raise TensorLangError(f"cost: expected an expression, got {expr!r}")
+    check_program(expr)
+    if share:
+        expr = explicit_sharing(expr)
+    m = meta(expr)
+    got = m.get("cost_terms")
+    if got is None:
+        c = _Collector()
+        c.go(expr, (), TRUE)
+        acc: dict = defaultdict(lambda: defaultdict(int))
+        for kind, coeff, B, P in c.terms:
+            acc[(B, P)][kind] += coeff
+        got = {k: {kk: v for kk, v in d.items() if v} for k, d in acc.items()}
+        got = {k: d for k, d in got.items() if d}
+        m["cost_terms"] = got
+    return got
+
+
+# --------------------------------------------------------------------------
+# Counting points at given sizes
+
+
+def has_relation(p: Pred) -> bool:
+    m = meta(p)
+    r = m.get("has_rel")
+    if r is None:
+        r = any(isinstance(x, Rel) for x in walk(p))
+        m["has_rel"] = r
+    return r
+
+
+@lru_cache(maxsize=65536)
+def _count_text(text: str, values: tuple) -> int:
+    s = ib._parse_set(text)
+    for k, v in enumerate(values):
+        s = s.fix_val(isl.dim_type.param, k, v)
+    total = 0
+    for _, qp in s.card().get_pieces():
+        total += int(qp.get_constant_val().to_python())
+    return total
+
+
+def count_affine(binders, pred: Pred, sizes: dict) -> int:
+    """``#{binders : pred}`` at concrete sizes, with isl (affine predicates)."""
+    text, names = ib.domain_text(binders, pred, sizes_positive=False)
+    try:
+        values = tuple(sizes[p.name] for p in names.params)
+    except KeyError as exc:
+        raise InputError(f"cost: no value for the size {exc.args[0]}; pass it as a keyword") from None
+    return _count_text(text, values)
+
+
+ENUM_LIMIT = 50_000_000
+
+
+def _aff_vec(a, env: dict, sizes: dict, N: int):
+    v = np.full(N, a.const, dtype=np.int64)
+    for s, c in a.terms:
+        if isinstance(s, SizeVar):
+            v += c * sizes[s.name]
+        else:
+            v += c * env[s]
+    return v
+
+
+def _pred_vec(p: Pred, env: dict, sizes: dict, rels: dict, N: int) -> np.ndarray:
+    """Signature: Pred × (IndexVar -> int array) -> bool array (Fig. 5, vectorized)."""
+    match p:
+        case BoolLit(value=v):
+            return np.full(N, v, dtype=bool)
+        case Cmp(op=op, lhs=a, rhs=b):
+            x, y = _aff_vec(a, env, sizes, N), _aff_vec(b, env, sizes, N)
+            return x < y if op == "<" else (x <= y if op == "<=" else x == y)
+        case And(lhs=a, rhs=b):
+            return _pred_vec(a, env, sizes, rels, N) & _pred_vec(b, env, sizes, rels, N)
+        case Or(lhs=a, rhs=b):
+            return _pred_vec(a, env, sizes, rels, N) | _pred_vec(b, env, sizes, rels, N)
+        case Rel(rel=r, args=args):
+            data = rels[r.name]
+            ks = [_aff_vec(a, env, sizes, N) for a in args]
+            ok = np.ones(N, dtype=bool)
+            for k, n in zip(ks, data.shape):
+                ok &= (k >= 0) & (k < n)
+            out = np.zeros(N, dtype=bool)
+            if ok.any():
+                out[ok] = data[tuple(k[ok] for k in ks)]
+            return out
+        case Exists(var=i, extent=n, body=b):
+            env2, rows, M = _expand(env, i, _aff_vec(n, env, sizes, N), N)
+            vals = _pred_vec(b, env2, sizes, rels, M)
+            return np.bincount(rows[vals], minlength=N) > 0
+        case _:
+            raise TensorLangError(f"not a predicate: {p!r}")
+
+
+def _expand(env: dict, i: IndexVar, ext: np.ndarray, N: int):
+    """Every point of ``env`` extended with ``i ∈ [0, ext)`` (ext per point)."""
+    ext = np.maximum(ext, 0)
+    total = int(ext.sum())
+    if total > ENUM_LIMIT:
+        raise UnsupportedError(
+            f"counting a relational domain needs {total} index points; use smaller sizes or symbolic_cost"
+        )
+    rows = np.repeat(np.arange(N), ext)
+    starts = np.cumsum(ext) - ext
+    ks = np.arange(total, dtype=np.int64) - np.repeat(starts, ext)
+    env2 = {k: v[rows] for k, v in env.items()}
+    env2[i] = ks
+    return env2, rows, total
+
+
+def _conjuncts(p: Pred) -> list:
+    if isinstance(p, And):
+        return _conjuncts(p.lhs) + _conjuncts(p.rhs)
+    return [] if p is TRUE else [p]
+
+
+def count_enumerate(binders, pred: Pred, sizes: dict, rels: dict) -> int:
+    """``#{binders : pred}`` by enumerating the index domain (relations are data).
+
+    Conjuncts are applied as soon as their indices are bound, so a sparse
+    relation prunes the enumeration early."""
+    pending = _conjuncts(pred)
+    env: dict = {}
+    N = 1
+    bound: set = set()
+    for i, n in binders:
+        env, _, N = _expand(env, i, _aff_vec(n, env, sizes, N), N)
+        bound.add(i)
+        ready = [c for c in pending if free_indices(c) <= bound]
+        if ready:
+            pending = [c for c in pending if not free_indices(c) <= bound]
+            mask = np.ones(N, dtype=bool)
+            for c in ready:
+                mask &= _pred_vec(c, env, sizes, rels, N)
+            env = {k: v[mask] for k, v in env.items()}
+            N = int(mask.sum())
+    if pending:
+        mask = np.ones(N, dtype=bool)
+        for c in pending:
+            mask &= _pred_vec(c, env, sizes, rels, N)
+        N = int(mask.sum())
+    return N
+
+
+def count_at(binders, pred: Pred, sizes: dict, rels: dict | None = None) -> int:
+    """``#{binders : pred}`` at concrete sizes (and relation data, by name)."""
+    if has_relation(pred):
+        missing = [r.name for r in relations_of(pred) if r.name not in (rels or {})]
+        if missing:
+            raise InputError(f"cost: relation data for {missing} is needed; pass it as a keyword (R=bool array)")
+        for x in walk(pred):
+            if isinstance(x, SizeVar) and x.name not in sizes:
+                raise InputError(f"cost: no value for the size {x.name}; pass it as a keyword")
+        for _, n in binders:
+            for s in n.size_vars():
+                if s.name not in sizes:
+                    raise InputError(f"cost: no value for the size {s.name}; pass it as a keyword")
+        return count_enumerate(binders, pred, sizes, rels)
+    return count_affine(binders, pred, sizes)
+
+
+# --------------------------------------------------------------------------
+# Sizes and relation data from keywords
+
+
+def _parse_kwargs(expr: Expr, kwargs: dict):
+    """Keywords -> (sizes: name -> int, relations: name -> bool array).
+
+    Sizes are ints; relations are bool arrays or coordinate rows
+    (``tensorlang.evaluator.relation_dense``); an input array may be given
+    instead of sizes, its shape then fixes its sizes.  Unused sizes are
+    ignored (a pass may have removed the last use of a size)."""
+    from .evaluator import infer_sizes, relation_dense, _type_shape_leaves
+
+    rels = {r.name: r for r in relations_of(expr)}
+    ins = {v.name: v for v in input_vars(expr)}
+    sizes: dict = {}
+    rel_data: dict = {}
+    arrays: dict = {}
+    for k, v in kwargs.items():
+        if k in rels:
+            rel_data[k] = v
+        elif k in ins and not isinstance(v, (int, np.integer)):
+            arrays[k] = v
+        elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            if v < 0:
+                raise InputError(f"size {k} must be a non-negative int, got {v!r}")
+            sizes[k] = int(v)
+        else:
+            raise InputError(f"cost: keyword {k!r} is neither a size (int), a relation nor an input of the program")
+    constraints = []
+    for name, val in arrays.items():
+        v = ins[name]
+        for path, ext, _ in _type_shape_leaves(v.type):
+            leaf = val
+            for p in path:
+                leaf = leaf[p]
+            shape = np.shape(leaf)
+            if len(shape) != len(ext):
+                raise InputError(f"input {name} must have {len(ext)} dimension(s) for type {v.type}, got {shape}")
+            constraints += [(a, int(ln), f"input {name}") for a, ln in zip(ext, shape)]
+    for name, val in rel_data.items():
+        arr = np.asarray(val)
+        if arr.dtype == bool:
+            constraints += [(a, int(ln), f"relation {name}") for a, ln in zip(rels[name].extents, arr.shape)]
+    if constraints:
+        sizes = infer_sizes(constraints, sizes)
+    dense = {}
+    for name, val in rel_data.items():
+        r = rels[name]
+        for a in r.extents:
+            for s in a.size_vars():
+                if s.name not in sizes:
+                    raise InputError(f"cost: no value for the size {s.name} (extent of relation {name})")
+        dense[name] = relation_dense(r, val, sizes)
+    return sizes, dense
+
+
+# --------------------------------------------------------------------------
+# Public API
+
+
+def cost_breakdown(expr: Expr, **sizes_and_relations) -> dict:
+    """Figure 6 operation counts at the given sizes, by category:
+    ``{"adds": int, "mults": int, "calls": {fn: int}}`` (their sum is
+    :func:`cost`).  Sizes are keywords (``n=1000``); relation data are
+    keywords too (``R=bool array`` or integer coordinate rows)."""
+    terms = cost_terms(expr)
+    sizes, rels = _parse_kwargs(expr, sizes_and_relations)
+    out = {"adds": 0, "mults": 0, "calls": {}}
+    for (B, P), kinds in terms.items():
+        k = count_at(B, P, sizes, rels)
+        if not k:
+            continue
+        for kind, coeff in kinds.items():
+            if kind == ADD:
+                out["adds"] += coeff * k
+            elif kind == MUL:
+                out["mults"] += coeff * k
+            else:
+                fn = kind[5:]
+                out["calls"][fn] = out["calls"].get(fn, 0) + coeff * k
+    out["calls"] = {f: v for f, v in sorted(out["calls"].items()) if v}
+    return out
+
+
+def cost(expr: Expr, **sizes_and_relations) -> int:
+    """``$⟦expr⟧[]`` of Figure 6 at the given sizes: the number of scalar
+    additions, multiplications and black-box calls, with the (*) and (**)
+    adjustments.  Static: counts iteration-domain points, never runs the
+    program.  ``tl.cost(loss, n=1000, m=16)``; relations as ``R=data``."""
+    b = cost_breakdown(expr, **sizes_and_relations)
+    return b["adds"] + b["mults"] + sum(b["calls"].values())
+
+
+# --------------------------------------------------------------------------
+# Figure 17: sizes of types, inner products, input-output cost
+
+
+def _extent_value(a, sizes: dict) -> int:
+    try:
+        return a.evaluate(sizes)
+    except TensorLangError:
+        missing = sorted(s.name for s in a.size_vars() if s.name not in sizes)
+        raise InputError(f"no value for the size(s) {missing}; pass them as keywords") from None
+
+
+def type_cost(T: Type, **sizes):
+    """``$(T)`` of rule 6.53: ``$(ℝ) = 1``, ``$(T0 × T1) = $(T0) + $(T1)``,
+    ``$([n]T) = n · $(T)``.  An int at the given sizes; a sympy expression in
+    the size symbols when no sizes are given."""
+    if not sizes:
+        from .cost_symbolic import symbolic_type_cost
+
+        return symbolic_type_cost(T)
+    return type_cost_at(T, sizes)
+
+
+def type_cost_at(T: Type, sizes: dict) -> int:
+    """Signature: type_cost_at : Type × (name -> int) -> int (rule 6.53's ``$(T)``)."""
+    match T:
+        case RealT():
+            return 1
+        case PairT(fst=a, snd=b):
+            return type_cost_at(a, sizes) + type_cost_at(b, sizes)
+        case TensorT(extent=n, elem=el):
+            return _extent_value(n, sizes) * type_cost_at(el, sizes)
+        case _:
+            raise TensorLangError(f"not a type: {T!r}")
+
+
+def shape_binders(T: Type, indices) -> tuple:
+    """``((i0, n0), ..., (ik, nk))`` for ``T = [n0]...[nk]ℝ`` and the given indices."""
+    binders = []
+    t = T
+    for i in indices:
+        if not isinstance(t, TensorT):
+            raise TensorLangError(f"inner product predicate: {len(indices)} indices for type {T}")
+        binders.append((i, t.extent))
+        t = t.elem
+    if not isinstance(t, RealT):
+        raise UnsupportedError(
+            f"a predicated inner product needs one index per dimension of a tensor of reals, got {T} "
+            f"with {len(binders)} indices"
+        )
+    return tuple(binders)
+
+
+def ip_type(e0: Expr, e1: Expr) -> Type:
+    t0, t1 = type_of(e0), type_of(e1)
+    if t0 is not t1:
+        raise TensorLangError(f"inner product of different types: {describe(e0)} : {t0} and {describe(e1)} : {t1}")
+    return t0
+
+
+def inner_product_cost(e0: Expr, e1: Expr, pred: Pred | None = None, indices=(), **sizes_and_relations) -> int:
+    """Rules 6.53 / 6.54 at the given sizes.
+
+    ``<e0 | e1>`` costs ``$(T) + $⟦e0⟧ + $⟦e1⟧`` (``e0, e1 : T``).
+    ``<e0 | e1>_[p]`` (``pred`` given, over ``indices``: one IndexVar per
+    dimension of ``T = [n0]...[nk]ℝ``, outermost first) costs
+    ``#{~i : p} + $⟦e0⟧ + $⟦e1⟧``.  Relation data are keywords like sizes."""
+    T = ip_type(e0, e1)
+    carrier = Pair(e0, e1) if pred is None else Pair(e0, Pair(e1, Iverson(pred, Const(0))))
+    sz, rels = _parse_kwargs(carrier, sizes_and_relations)
+    if pred is None:
+        iface = type_cost_at(T, sz)
+    else:
+        iface = count_at(shape_binders(T, tuple(indices)), pred, sz, rels)
+    return iface + cost(e0, **_only_for(e0, sizes_and_relations)) + cost(e1, **_only_for(e1, sizes_and_relations))
+
+
+def _only_for(e: Expr, kwargs: dict) -> dict:
+    """The keywords relevant to ``e`` (sizes pass through; relations and inputs filtered)."""
+    rels = {r.name for r in relations_of(e)}
+    ins = {v.name for v in input_vars(e)}
+    out = {}
+    for k, v in kwargs.items():
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            out[k] = v
+        elif k in rels or k in ins:
+            out[k] = v
+    return out
+
+
+def input_type_cost_at(expr: Expr, sizes: dict) -> int:
+    """``$(T_I)``: the size-cost of the types of the program's free variables."""
+    return sum(type_cost_at(v.type, sizes) for v in input_vars(expr))
+
+
+def io_cost(expr: Expr, **sizes_and_relations) -> int:
+    """Theorem 6.55's ``$_IO(e) = $⟦e⟧[] + $(T_I) + $(T_O)`` at the given sizes,
+    ``T_I`` the types of the free variables, ``T_O`` the output type."""
+    sz, _ = _parse_kwargs(expr, sizes_and_relations)
+    return cost(expr, **sizes_and_relations) + input_type_cost_at(expr, sz) + type_cost_at(type_of(expr), sz)
+
+
+def __getattr__(name):
+    # symbolic entry points live in cost_symbolic (loaded on first use)
+    if name in ("symbolic_cost", "symbolic_cost_breakdown", "symbolic_cost_conditions", "symbolic_io_cost",
+                "symbolic_inner_product_cost", "symbolic_type_cost", "relation_count_symbol",
+                "relation_count_values"):
+        from . import cost_symbolic
+
+        return getattr(cost_symbolic, name)
+    raise AttributeError(f"module 'tensorlang.cost' has no attribute {name!r}")
+
+
+# ``tensorlang.cost`` is both this module and (through the package's lazy
+# export) the function ``tl.cost``: importing the submodule binds the package
+# attribute ``cost`` to the module, so the module itself is made callable.
+import sys as _sys
+import types as _types
+
+
+class _CallableModule(_types.ModuleType):
+    def __call__(self, expr, **sizes_and_relations):
+        return cost(expr, **sizes_and_relations)
+
+
+_sys.modules[__name__].__class__ = _CallableModule

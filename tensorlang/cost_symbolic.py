@@ -1,0 +1,410 @@
+"""The Figure 6 cost (paper Section 4.3) and its Figure 17 extension as
+sympy expressions in the size variables.
+
+The count terms of :func:`tensorlang.cost.cost_terms` are iteration domains;
+each affine domain is counted by barvinok (``isl.Set.card``), the signed
+piecewise quasi-polynomials are added *inside isl* (one parameter space: all
+sizes of the program), simplified under the size conditions and converted to
+sympy once, so the result is a polynomial, or a ``Piecewise`` where the count
+genuinely is piecewise.
+
+Size conditions: the result equals :func:`tensorlang.cost.cost` for every
+assignment of integers >= 1 to the program's sizes
+(:func:`symbolic_cost_conditions`).  At a size 0 the expression may differ
+(it is simplified under ``size >= 1``).
+
+Relations (data predicates) are counted by named symbols:
+``nnz_R`` is the number of true points of ``R``, and ``nnz_R[d0,d1]`` the
+number of distinct projections of its true points onto the dimensions
+``d0, d1`` (e.g. ``nnz_R[0]``: the number of non-empty rows of a matrix
+pattern ``R``).  A domain is expressible with these symbols when every
+relation atom ``R(i, j, ...)`` (possibly under ``exists`` over some of its
+arguments) is applied to distinct binder variables ranging exactly over
+``R``'s extents, those variables occur in no other relation atom, and every
+affine constraint on them is implied by their ranges; then the count is the
+product of the symbols times the count of the remaining affine domain.
+Anything else raises UnsupportedError (never a guess).
+:func:`relation_count_values` evaluates the symbols on relation data.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import islpy as isl
+import numpy as np
+import sympy
+
+from . import isl_bridge as ib
+from .cost import (
+    ADD,
+    MUL,
+    cost_terms,
+    has_relation,
+    ip_type,
+    shape_binders,
+    _conjuncts,
+)
+from .errors import TensorLangError, UnsupportedError, describe
+from .ir import (
+    TRUE,
+    Aff,
+    Cmp,
+    Exists,
+    Expr,
+    IndexVar,
+    Iverson,
+    Const,
+    Pair,
+    PairT,
+    Pred,
+    RealT,
+    Rel,
+    TensorT,
+    Type,
+    conj,
+    free_indices,
+    input_vars,
+    size_vars,
+    walk,
+)
+from .sharing import explicit_sharing
+from .typecheck import type_of
+
+# --------------------------------------------------------------------------
+# Relation count symbols
+
+_REL_SYMS: dict = {}
+
+
+def relation_count_symbol(rel_name: str, arity: int, dims=None) -> sympy.Symbol:
+    """``nnz_R`` (``dims`` None or all dimensions) or ``nnz_R[d0,...]``:
+    the number of distinct projections of ``R``'s true points onto ``dims``."""
+    dims = tuple(range(arity)) if dims is None else tuple(dims)
+    name = f"nnz_{rel_name}" if dims == tuple(range(arity)) else f"nnz_{rel_name}[{','.join(map(str, dims))}]"
+    s = _REL_SYMS.get(name)
+    if s is None:
+        s = _REL_SYMS[name] = sympy.Symbol(name, integer=True, nonnegative=True)
+        _REL_META[s] = (rel_name, arity, dims)
+    return s
+
+
+_REL_META: dict = {}
+
+
+def relation_count_values(expr, **relation_data) -> dict:
+    """Values of the relation count symbols occurring in the sympy
+    expression ``expr`` for the given relation data (bool arrays; coordinate
+    rows need the relation's extents, so pass bool arrays here)."""
+    out = {}
+    for s in expr.free_symbols:
+        meta = _REL_META.get(s)
+        if meta is None:
+            continue
+        name, arity, dims = meta
+        if name not in relation_data:
+            raise TensorLangError(f"relation data for {name} is needed to evaluate {s}")
+        data = np.asarray(relation_data[name], dtype=bool)
+        if data.ndim != arity:
+            raise TensorLangError(f"relation {name} needs a bool array of {arity} dimension(s)")
+        drop = tuple(d for d in range(arity) if d not in dims)
+        proj = data.any(axis=drop) if drop else data
+        out[s] = int(np.count_nonzero(proj))
+    return out
+
+
+def _plain_var(a: Aff):
+    """The index variable ``i`` if ``a`` is exactly ``i``, else None."""
+    if a.const == 0 and len(a.terms) == 1:
+        s, c = a.terms[0]
+        if c == 1 and isinstance(s, IndexVar):
+            return s
+    return None
+
+
+def _split_atom(c: Pred, B):
+    """A conjunct containing a relation -> (R, kept dims, kept args, affine
+    conjuncts pulled out of exists), or UnsupportedError."""
+    exvars = []
+    body = c
+    while isinstance(body, Exists):
+        exvars.append((body.var, body.extent))
+        body = body.body
+    if not isinstance(body, Rel) and not exvars:
+        raise UnsupportedError(
+            f"symbolic cost: the relational predicate {describe(c)} is not a conjunction of relation atoms "
+            "(a relation under 'or' has no count symbol); use tl.cost with relation data"
+        )
+    parts = _conjuncts(body)
+    ex_set = {i for i, _ in exvars}
+    rels = [p for p in parts if has_relation(p)]
+    outer = [p for p in parts if not has_relation(p) and not (free_indices(p) & ex_set)]
+    inner_aff = [p for p in parts if not has_relation(p) and (free_indices(p) & ex_set)]
+    if len(rels) != 1 or not isinstance(rels[0], Rel):
+        raise UnsupportedError(
+            f"symbolic cost: {describe(c)} needs a count of a combination of relations; "
+            "use tl.cost with relation data"
+        )
+    atom = rels[0]
+    if inner_aff:
+        # allowed only when implied by the ranges of the existential variables
+        if not ib.implies(tuple(B) + tuple(exvars), TRUE, conj(*inner_aff)):
+            raise UnsupportedError(
+                f"symbolic cost: {describe(c)} restricts a relation by an affine condition on a quantified "
+                "index; use tl.cost with relation data"
+            )
+    kept_dims, kept_args = [], []
+    used_ex = set()
+    for d, a in enumerate(atom.args):
+        v = _plain_var(a)
+        if v is not None and v in ex_set:
+            ext = dict(exvars)[v]
+            if v in used_ex or ext is not atom.rel.extents[d]:
+                raise UnsupportedError(
+                    f"symbolic cost: in {describe(c)} the quantified index {v!r} must range exactly over "
+                    f"dimension {d} of {atom.rel.name}"
+                )
+            used_ex.add(v)
+        elif a.index_vars() & ex_set:
+            raise UnsupportedError(f"symbolic cost: {describe(c)} applies a relation to a non-variable index {a}")
+        else:
+            kept_dims.append(d)
+            kept_args.append(a)
+    for v, ext in exvars:
+        if v not in used_ex:  # exists over an unused variable: its range is non-empty
+            outer.append(Cmp("<=", Aff((), 1), ext))
+    return atom.rel, tuple(kept_dims), tuple(kept_args), outer
+
+
+def _relation_factor(B, P: Pred):
+    """``#{B : P}`` = Π symbols × ``#{B' : A}``: returns (sympy factor, B', A)."""
+    conjs = []
+    for c in _conjuncts(P):
+        if c not in conjs:
+            conjs.append(c)
+    affine, atoms = [], []
+    for c in conjs:
+        if not has_relation(c):
+            affine.append(c)
+            continue
+        rel, dims, args, outer = _split_atom(c, B)
+        affine.extend(outer)
+        atoms.append((rel, dims, args, c))
+    # deduplicate identical atoms (the same relation atom in two enclosing predicates)
+    uniq = {}
+    for rel, dims, args, c in atoms:
+        uniq.setdefault((rel, dims, args), c)
+    ext = dict(B)
+    used: set = set()
+    factor = sympy.Integer(1)
+    for (rel, dims, args), c in uniq.items():
+        for d, a in zip(dims, args):
+            v = _plain_var(a)
+            if v is None or v not in ext or v in used or ext[v] is not rel.extents[d]:
+                raise UnsupportedError(
+                    f"symbolic cost: {describe(c)} must apply {rel.name} to distinct loop indices ranging "
+                    f"exactly over its extents (dimension {d}: {a}); use tl.cost with relation data"
+                )
+            used.add(v)
+        factor *= relation_count_symbol(rel.name, len(rel.extents), dims)
+    for i, n in B:
+        if n.index_vars() & used:
+            raise UnsupportedError(f"symbolic cost: the range of {i!r} depends on an index constrained by a relation")
+    free_aff = [a for a in affine if not (free_indices(a) & used)]
+    tied = [a for a in affine if free_indices(a) & used]
+    if tied and not ib.implies(tuple(B), conj(*free_aff), conj(*tied)):
+        raise UnsupportedError(
+            "symbolic cost: an affine condition "
+            f"{describe(conj(*tied))} restricts indices of a relation; use tl.cost with relation data"
+        )
+    rest = tuple((i, n) for i, n in B if i not in used)
+    return factor, rest, conj(*free_aff)
+
+
+# --------------------------------------------------------------------------
+# Counting in isl
+
+
+def _params(expr: Expr) -> list:
+    return sorted(size_vars(expr), key=lambda s: s.name)
+
+
+@lru_cache(maxsize=16384)
+def _card_text(text: str) -> isl.PwQPolynomial:
+    return ib._parse_set(text).card()
+
+
+def _card(B, P: Pred, carrier) -> isl.PwQPolynomial:
+    text, _ = ib.domain_text(B, P, sizes_positive=True, extra=(carrier,))
+    return _card_text(text)
+
+
+def _context(params) -> isl.Set:
+    names = [ib.param_name(p) for p in params]
+    cons = " and ".join(f"{n} >= 1" for n in names)
+    return isl.Set(f"[{', '.join(names)}] -> {{ : {cons or '0 = 0'} }}")
+
+
+def _to_sympy(pw, params):
+    if pw is None:
+        return sympy.Integer(0)
+    pw = pw.coalesce().gist_params(_context(params)).coalesce()
+    return ib.pwqp_to_sympy(pw, ib.Names([], params))
+
+
+class _Acc:
+    """Signed sum of counts per kind: isl part + sympy part (relations)."""
+
+    def __init__(self, params):
+        self.params = params
+        self.pw: dict = {}
+        self.extra: dict = {}
+
+    def add_pw(self, kind, coeff, pw):
+        if coeff != 1:
+            pw = pw.scale_val(isl.Val.int_from_si(pw.get_ctx(), coeff))
+        old = self.pw.get(kind)
+        self.pw[kind] = pw if old is None else old.add(pw)
+
+    def add_sym(self, kind, val):
+        self.extra[kind] = self.extra.get(kind, 0) + val
+
+    def kinds(self):
+        return sorted(set(self.pw) | set(self.extra))
+
+    def value(self, kinds):
+        pw = None
+        extra = sympy.Integer(0)
+        for k in kinds:
+            if k in self.pw:
+                pw = self.pw[k] if pw is None else pw.add(self.pw[k])
+            extra += self.extra.get(k, 0)
+        return _simplify(_to_sympy(pw, self.params) + extra)
+
+
+def _simplify(x):
+    """Expand polynomial parts; keep a Piecewise's structure."""
+    if x.has(sympy.Piecewise):
+        return sympy.piecewise_fold(x)
+    return sympy.expand(x)
+
+
+def _accumulate(expr: Expr) -> _Acc:
+    shared = explicit_sharing(expr)
+    terms = cost_terms(expr)
+    params = _params(shared)
+    acc = _Acc(params)
+    for (B, P), kinds in terms.items():
+        if has_relation(P):
+            factor, rest, aff = _relation_factor(B, P)
+            pw = _card(rest, aff, shared)
+            val = factor * _to_sympy(pw, params)
+            for kind, coeff in kinds.items():
+                acc.add_sym(kind, coeff * val)
+        else:
+            pw = _card(B, P, shared)
+            for kind, coeff in kinds.items():
+                acc.add_pw(kind, coeff, pw)
+    return acc
+
+
+# --------------------------------------------------------------------------
+# Public API
+
+
+def symbolic_cost_breakdown(expr: Expr) -> dict:
+    """``{"adds": sympy, "mults": sympy, "calls": {fn: sympy}}`` in the sizes."""
+    acc = _accumulate(expr)
+    calls = sorted(k for k in acc.kinds() if k.startswith("call:"))
+    return {
+        "adds": acc.value([ADD]),
+        "mults": acc.value([MUL]),
+        "calls": {k[5:]: acc.value([k]) for k in calls},
+    }
+
+
+def symbolic_cost(expr: Expr):
+    """Figure 6's ``$⟦expr⟧[]`` as a sympy expression in the size symbols
+    (``tensorlang.isl_bridge.size_symbol(name)``), ``Piecewise`` where the
+    count is piecewise, with relation count symbols ``nnz_R`` / ``nnz_R[d..]``
+    for relational predicates (module docstring).  Valid for all sizes >= 1
+    (:func:`symbolic_cost_conditions`)."""
+    acc = _accumulate(expr)
+    return acc.value(acc.kinds())
+
+
+def symbolic_cost_conditions(expr: Expr) -> list:
+    """The conditions under which :func:`symbolic_cost` equals
+    :func:`tensorlang.cost.cost`: every size of the program is >= 1.  (Counts
+    over domains whose extents are negative are 0 in both, so no further
+    condition is needed for the cost itself; ``symbolic_io_cost`` and
+    ``symbolic_type_cost`` also need the type extents >= 0, listed after.)"""
+    out = [ib.size_symbol(s.name) >= 1 for s in _params(expr)]
+    exts = []
+    for v in input_vars(expr):
+        exts += _type_extents(v.type)
+    exts += _type_extents(type_of(expr))
+    for a in exts:
+        implied = all(c > 0 for _, c in a.terms) and a.const + sum(c for _, c in a.terms) >= 0
+        if a.terms and not implied:  # (not already implied by sizes >= 1)
+            cond = _aff_sympy(a) >= 0
+            if cond not in out and cond is not sympy.true:
+                out.append(cond)
+    return out
+
+
+def _type_extents(T: Type) -> list:
+    match T:
+        case RealT():
+            return []
+        case PairT(fst=a, snd=b):
+            return _type_extents(a) + _type_extents(b)
+        case TensorT(extent=n, elem=el):
+            return [n] + _type_extents(el)
+        case _:
+            raise TensorLangError(f"not a type: {T!r}")
+
+
+def _aff_sympy(a: Aff):
+    out = sympy.Integer(a.const)
+    for s, c in a.terms:
+        if isinstance(s, IndexVar):
+            raise TensorLangError(f"extent {a} mentions an index variable")
+        out += c * ib.size_symbol(s.name)
+    return out
+
+
+def symbolic_type_cost(T: Type):
+    """``$(T)`` of rule 6.53 in the size symbols."""
+    match T:
+        case RealT():
+            return sympy.Integer(1)
+        case PairT(fst=a, snd=b):
+            return sympy.expand(symbolic_type_cost(a) + symbolic_type_cost(b))
+        case TensorT(extent=n, elem=el):
+            return sympy.expand(_aff_sympy(n) * symbolic_type_cost(el))
+        case _:
+            raise TensorLangError(f"not a type: {T!r}")
+
+
+def symbolic_inner_product_cost(e0: Expr, e1: Expr, pred: Pred | None = None, indices=()):
+    """Rules 6.53 / 6.54 in the size symbols (see ``cost.inner_product_cost``)."""
+    T = ip_type(e0, e1)
+    if pred is None:
+        iface = symbolic_type_cost(T)
+    else:
+        B = shape_binders(T, tuple(indices))
+        carrier = Pair(e0, Pair(e1, Iverson(pred, Const(0))))
+        params = _params(carrier)
+        if has_relation(pred):
+            factor, rest, aff = _relation_factor(B, pred)
+            iface = factor * _to_sympy(_card(rest, aff, carrier), params)
+        else:
+            iface = _to_sympy(_card(B, pred, carrier), params)
+    return iface + symbolic_cost(e0) + symbolic_cost(e1)
+
+
+def symbolic_io_cost(expr: Expr):
+    """Theorem 6.55's ``$_IO(e) = $⟦e⟧[] + $(T_I) + $(T_O)`` in the size symbols."""
+    tin = sum((symbolic_type_cost(v.type) for v in input_vars(expr)), sympy.Integer(0))
+    return symbolic_cost(expr) + tin + symbolic_type_cost(type_of(expr))
