@@ -1,8 +1,17 @@
-"""Printer in the paper's notation (RULES.md Section 0).
+"""Printer in the paper's notation (RULES.md Section 0 and Figure 3).
 
 ``gen[i:n] e``, ``sum[i:n] e``, ``[p]·e``, ``let x = e0 in e1``,
-``exists[i:n] p``, ``π0 e``.  ``pretty_program`` shows sharing: a sub-term
-used more than once in the DAG is printed once as a ``let``.
+``exists[i:n] p``, ``π0 e``; ``a - b`` for ``a + (-1)·b``, ``a / b`` for
+``div(a, b)`` and ``x^k`` for ``pow[k](x)``.
+
+Bound variables print with their plain names (``i``, ``j``, ``t``); a name
+is decorated (``i'``, ``i''``, ``i3``, ...) only on a real clash: when the
+plain name is already taken by a variable free in the binder's body (an
+outer binder that the body refers to), by an input, or by a size.
+
+``pretty(e)`` (and ``str(e)``) shows sharing: a sub-term that does work and
+is used more than once in the DAG is printed once, as a ``let``
+(``explicit_sharing``).  ``pretty(e, sharing=False)`` prints the tree as is.
 """
 
 from __future__ import annotations
@@ -17,45 +26,119 @@ from .ir import (
     Cmp,
     Const,
     Exists,
+    Expr,
     Gen,
     IndexVar,
     Iverson,
     Let,
     Mul,
+    Node,
     Or,
     Pair,
     PairT,
+    Pred,
     Proj,
     RealT,
     Rel,
     SizeVar,
     Sum,
     TensorT,
+    Type,
     Var,
+    free_indices,
+    free_vars,
+    size_vars,
 )
 
-
-def pretty_sym(s) -> str:
-    match s:
-        case SizeVar(name=n):
-            return n
-        case IndexVar(name=n, uid=u):
-            return n if u < 0 else f"{n}{_sub(u)}"
-        case _:
-            raise TypeError(f"not a symbol: {s!r}")
+# --------------------------------------------------------------------------
+# Naming
 
 
-_SUBS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+class _Names:
+    """Display names: a map from bound symbols to strings, plus the names
+    that can never be reused (inputs, sizes)."""
+
+    def __init__(self, names: dict, reserved: frozenset):
+        self.names = names
+        self.reserved = reserved
+
+    def of(self, s) -> str:
+        got = self.names.get(s)
+        if got is not None:
+            return got
+        match s:
+            case SizeVar(name=n) | Var(name=n):
+                return n
+            case IndexVar(name=n):
+                return n
+        raise TypeError(f"not a symbol: {s!r}")
+
+    def bind(self, s, body, *also) -> tuple["_Names", str]:
+        """Name the binder ``s`` whose scope is ``body``: its plain name unless
+        a variable free in ``body`` (other than ``s``) already prints so.
+        ``also``: terms next to the scope whose free names would read as
+        captured (a let's value: ``let t = t[i] in ...`` looks recursive)."""
+        taken = set(self.reserved)
+        for part in (body, *also):
+            for x in _free_syms(part):
+                if x is not s:
+                    taken.add(self.of(x))
+        name = _variant(s.name, taken)
+        return _Names({**self.names, s: name}, self.reserved), name
 
 
-def _sub(u: int) -> str:
-    return str(u).translate(_SUBS)
+def _free_syms(n) -> frozenset:
+    if isinstance(n, (Expr, Pred)):
+        return free_indices(n) | frozenset(v for v in free_vars(n) if v.uid != 0)
+    if isinstance(n, Aff):
+        return n.index_vars()
+    return frozenset()
 
 
-def pretty_aff(a: Aff) -> str:
+def _variant(base: str, taken: set) -> str:
+    for cand in (base, base + "'", base + "''"):
+        if cand not in taken:
+            return cand
+    k = 3
+    while f"{base}{k}" in taken:
+        k += 1
+    return f"{base}{k}"
+
+
+def _top_names(n) -> _Names:
+    """Names for a node printed on its own: free symbols get their plain
+    names, decorated only where two distinct free symbols share one."""
+    reserved = set()
+    if isinstance(n, (Expr, Pred, Aff, Type)):
+        reserved |= {s.name for s in size_vars(n)}
+    if isinstance(n, (Expr, Pred)):
+        reserved |= {v.name for v in free_vars(n) if v.uid == 0}
+    names: dict = {}
+    taken = set(reserved)
+    free = sorted(_free_syms(n), key=lambda s: (s.name, s.uid))
+    for s in free:
+        nm = _variant(s.name, taken)
+        names[s] = nm
+        taken.add(nm)
+    return _Names(names, frozenset(reserved))
+
+
+# --------------------------------------------------------------------------
+# Indices, predicates, types
+
+
+def pretty_sym(s, env: _Names | None = None) -> str:
+    """A size or index variable's printed name."""
+    if env is None:
+        env = _top_names(s) if isinstance(s, Node) and not isinstance(s, (SizeVar, IndexVar)) else _Names({}, frozenset())
+    return env.of(s)
+
+
+def pretty_aff(a: Aff, env: _Names | None = None) -> str:
+    env = env or _top_names(a)
     parts: list[str] = []
     for s, c in a.terms:
-        name = pretty_sym(s)
+        name = env.of(s)
         if c == 1:
             t = name
         elif c == -1:
@@ -71,28 +154,26 @@ def pretty_aff(a: Aff) -> str:
     return out
 
 
-def _paff(a: Aff) -> str:
-    s = pretty_aff(a)
-    return f"({s})" if (" " in s) else s
-
-
-def pretty_pred(p, prec: int = 0) -> str:
+def pretty_pred(p, prec: int = 0, env: _Names | None = None) -> str:
+    """Signature: pretty_pred : Pred -> str.  Precedence: 0 top, 1 ∨, 2 ∧, 3 atom."""
+    env = env or _top_names(p)
     match p:
         case BoolLit(value=v):
             return "true" if v else "false"
         case Cmp(op=op, lhs=a, rhs=b):
             sym = {"<": "<", "<=": "≤", "==": "="}[op]
-            return f"{pretty_aff(a)} {sym} {pretty_aff(b)}"
+            return f"{pretty_aff(a, env)} {sym} {pretty_aff(b, env)}"
         case Rel(rel=r, args=args):
-            return f"{r.name}({', '.join(pretty_aff(a) for a in args)})"
+            return f"{r.name}({', '.join(pretty_aff(a, env) for a in args)})"
         case And(lhs=a, rhs=b):
-            s = f"{pretty_pred(a, 2)} ∧ {pretty_pred(b, 2)}"
+            s = f"{pretty_pred(a, 2, env)} ∧ {pretty_pred(b, 2, env)}"
             return f"({s})" if prec > 2 else s
         case Or(lhs=a, rhs=b):
-            s = f"{pretty_pred(a, 1)} ∨ {pretty_pred(b, 1)}"
+            s = f"{pretty_pred(a, 1, env)} ∨ {pretty_pred(b, 1, env)}"
             return f"({s})" if prec > 1 else s
         case Exists(var=i, extent=n, body=b):
-            s = f"exists[{pretty_sym(i)}:{pretty_aff(n)}] {pretty_pred(b, 3)}"
+            inner, name = env.bind(i, b)
+            s = f"exists[{name}:{pretty_aff(n, env)}] {pretty_pred(b, 0, inner)}"
             return f"({s})" if prec > 0 else s
         case _:
             raise TypeError(f"not a predicate: {p!r}")
@@ -110,51 +191,95 @@ def pretty_type(t) -> str:
             raise TypeError(f"not a type: {t!r}")
 
 
-def _var(v: Var) -> str:
-    return v.name if v.uid <= 0 else f"{v.name}{_sub(v.uid)}"
+# --------------------------------------------------------------------------
+# Expressions
 
 
-# precedence: 0 let/gen/sum/bracket bodies, 1 '+', 2 '·', 3 postfix
-def pretty(e, prec: int = 0, names: dict | None = None) -> str:
-    """Signature: pretty : Expr -> str (the paper's notation)."""
-    names = names or {}
-    if e in names:
-        return names[e]
+def pretty(e, *, sharing: bool = True) -> str:
+    """Signature: pretty : Node -> str (the paper's notation).
+
+    Expressions print with their sharing made explicit as lets (unless
+    ``sharing=False``); predicates, indices and types print as they are.
+    """
+    if isinstance(e, Pred):
+        return pretty_pred(e)
+    if isinstance(e, Aff):
+        return pretty_aff(e)
+    if isinstance(e, Type):
+        return pretty_type(e)
+    if isinstance(e, (SizeVar, IndexVar)):
+        return pretty_sym(e)
+    if not isinstance(e, Expr):
+        raise TypeError(f"not a tensorlang node: {e!r}")
+    if sharing:
+        try:
+            from .sharing import explicit_sharing
+
+            e = explicit_sharing(e)
+        except Exception:  # an ill-typed term (in an error message): print it as is
+            pass
+    return _pretty(e, 0, _top_names(e))
+
+
+def _is_neg(e) -> bool:
+    return isinstance(e, Mul) and isinstance(e.lhs, Const) and e.lhs.value == -1
+
+
+def _const(v) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+# precedence: 0 let/gen/sum bodies, 1 '+', 2 '·' and '/', 3 postfix (access, ^)
+def _pretty(e, prec: int, env: _Names) -> str:
+    """Signature: _pretty : Expr x precedence x names -> str."""
     match e:
         case Var():
-            return _var(e)
+            return env.of(e)
         case Const(value=v):
-            s = repr(v) if isinstance(v, float) else str(v)
+            s = _const(v)
             return f"({s})" if (prec >= 2 and s.startswith("-")) else s
         case Add(lhs=a, rhs=b):
-            s = f"{pretty(a, 1, names)} + {pretty(b, 1, names)}"
+            if _is_neg(b):
+                s = f"{_pretty(a, 1, env)} - {_pretty(b.rhs, 2, env)}"
+            else:
+                s = f"{_pretty(a, 1, env)} + {_pretty(b, 1, env)}"
             return f"({s})" if prec > 1 else s
         case Mul(lhs=a, rhs=b):
-            s = f"{pretty(a, 2, names)}·{pretty(b, 2, names)}"
+            if _is_neg(e):
+                s = f"-{_pretty(b, 2, env)}"
+                return f"({s})" if prec >= 2 else s
+            s = f"{_pretty(a, 2, env)}·{_pretty(b, 2, env)}"
             return f"({s})" if prec > 2 else s
+        case Call(fn="div", args=(a, b)):
+            s = f"{_pretty(a, 2, env)} / {_pretty(b, 3, env)}"
+            return f"({s})" if prec > 2 else s
+        case Call(fn=f, args=(a,)) if f.startswith("pow[") and f.endswith("]"):
+            s = f"{_pretty(a, 4, env)}^{f[4:-1]}"
+            return f"({s})" if prec > 3 else s
         case Call(fn=f, args=args):
-            return f"{f}({', '.join(pretty(a, 0, names) for a in args)})"
+            return f"{f}({', '.join(_pretty(a, 0, env) for a in args)})"
         case Pair(fst=a, snd=b):
-            return f"({pretty(a, 0, names)}, {pretty(b, 0, names)})"
+            return f"({_pretty(a, 0, env)}, {_pretty(b, 0, env)})"
         case Proj(index=k, arg=a):
-            return f"π{k} {pretty(a, 3, names)}"
-        case Gen(var=i, extent=n, body=b):
-            s = f"gen[{pretty_sym(i)}:{pretty_aff(n)}] {pretty(b, 0, names)}"
-            return f"({s})" if prec > 0 else s
-        case Sum(var=i, extent=n, body=b):
-            s = f"sum[{pretty_sym(i)}:{pretty_aff(n)}] {pretty(b, 0, names)}"
+            s = f"π{k} {_pretty(a, 4, env)}"
+            return f"({s})" if prec > 3 else s
+        case Gen(var=i, extent=n, body=b) | Sum(var=i, extent=n, body=b):
+            inner, name = env.bind(i, b)
+            kw = "gen" if isinstance(e, Gen) else "sum"
+            s = f"{kw}[{name}:{pretty_aff(n, env)}] {_pretty(b, 0, inner)}"
             return f"({s})" if prec > 0 else s
         case Access():
             base, idxs = e, []
             while isinstance(base, Access):
                 idxs.append(base.index)
                 base = base.arr
-            return f"{pretty(base, 3, names)}[{', '.join(pretty_aff(a) for a in reversed(idxs))}]"
+            return f"{_pretty(base, 4, env)}[{', '.join(pretty_aff(a, env) for a in reversed(idxs))}]"
         case Iverson(pred=p, body=b):
-            s = f"[{pretty_pred(p)}]·{pretty(b, 2, names)}"
+            s = f"[{pretty_pred(p, 0, env)}]·{_pretty(b, 2, env)}"
             return f"({s})" if prec > 2 else s
         case Let(var=v, value=e0, body=e1):
-            s = f"let {_var(v)} = {pretty(e0, 0, names)} in\n{pretty(e1, 0, names)}"
+            inner, name = env.bind(v, e1, e0)
+            s = f"let {name} = {_pretty(e0, 0, env)} in\n{_pretty(e1, 0, inner)}"
             return f"({s})" if prec > 0 else s
         case _:
             raise TypeError(f"not an expression: {e!r}")

@@ -1,30 +1,61 @@
-"""Explicit sharing: a sub-term used more than once becomes a ``let``.
+"""Explicit sharing: what the user computed once becomes a ``let``.
 
 Hash-consing makes ``y = tl.gen(...); ... y[i] ... y[i+1]`` one node used
-twice.  The paper's cost model (Fig. 6) charges a term at each occurrence, so
-before costing or normalizing, every repeated sub-term that does arithmetic is
-bound once by a ``let`` placed at its *home*: just inside the innermost binder
-(gen, sum or let) of its free variables, or at the top when it is closed.
-The user computed it once; the IR now says so.
+twice, and ``y = tl.gen(...); tl.sum(n, lambda i: y[i] ...)`` one tensor
+indexed inside a loop.  The paper's cost model (Fig. 6, rules 4.22-4.34)
+charges a term at each occurrence and each loop iteration, so before costing
+or normalizing two kinds of sub-terms are bound once by a ``let``:
+
+* a sub-term that does arithmetic and has more than one parent in the DAG;
+* a tensor-valued sub-term that does arithmetic and sits inside a ``gen`` or
+  ``sum`` whose index it does not depend on (an intermediate tensor indexed
+  in a loop: the evaluator builds it once, so the cost model must too).
+
+The ``let`` goes at the term's *home*: just inside the innermost binder (gen,
+sum or let) of its free variables, or at the top when it is closed.  Moving a
+term out of Iverson brackets could evaluate an access the bracket guarded
+(``[0 ≤ i - 1]·x[i - 1]``), so the bound value keeps the brackets it was
+under: ``let t = [g]·s``, where ``g`` says "some occurrence of ``s`` is
+evaluated" (the guards on the paths to it, with the loop indices between the
+home and the occurrence existentially quantified).  Where an occurrence is
+unguarded, or every access in ``s`` is in range by the ranges of its indices
+alone, no bracket is added.
 """
 
 from __future__ import annotations
 
 from .ir import (
+    FALSE,
+    TRUE,
+    Access,
     Add,
+    Aff,
+    Exists,
     Call,
     Expr,
     Gen,
+    IndexVar,
+    Iverson,
     Let,
     Mul,
     Node,
+    Pred,
+    Rel,
     Sum,
+    TensorT,
     children,
+    conj,
+    disj,
     free_indices,
     free_vars,
+    fresh_index,
     fresh_var,
+    iverson,
     meta,
     rebuild,
+    subst,
+    sym_aff,
+    walk,
 )
 from .typecheck import type_of
 
@@ -69,33 +100,155 @@ def shared_terms(e: Expr) -> list:
         if x in seen:
             continue
         seen.add(x)
-        for c in _expr_children(x):
+        for c in _binder_free_children(x):
             uses[c] = uses.get(c, 0) + 1
             stack.append(c)
     return [x for x, k in uses.items() if k > 1 and has_work(x)]
 
 
+def _binder_free_children(x):
+    """Expression children, except the variable a ``let`` binds (not a use)."""
+    for c in _expr_children(x):
+        if isinstance(x, Let) and c is x.var:
+            continue
+        yield c
+
+
+def invariant_tensors(e: Expr) -> list:
+    """Tensor-valued sub-terms that do work and occur inside a gen or sum
+    whose index they do not depend on (loop-invariant intermediate tensors)."""
+    found: dict = {}
+    seen = set()
+
+    def invariant(x, stack) -> bool:
+        fi, fv = free_indices(x), free_vars(x)
+        for b in reversed(stack):
+            if isinstance(b, (Gen, Sum)):
+                return b.var not in fi
+            if b.var in fv:  # a let whose variable the term uses
+                return False
+        return False
+
+    def go(x, stack):
+        key = (x, stack)
+        if key in seen:
+            return
+        seen.add(key)
+        if stack and isinstance(type_of(x), TensorT) and has_work(x) and invariant(x, stack):
+            found[x] = None
+        match x:
+            case Gen(body=b) | Sum(body=b):
+                go(b, stack + (x,))
+            case Let(value=e0, body=e1):
+                go(e0, stack)
+                go(e1, stack + (x,))
+            case _:
+                for c in _expr_children(x):
+                    go(c, stack)
+
+    go(e, ())
+    return list(found)
+
+
 def explicit_sharing(e: Expr) -> Expr:
     """Signature: explicit_sharing : Expr -> Expr, denotation unchanged;
-    afterwards no sub-term that does work has two parents."""
+    afterwards no sub-term that does work has two parents and no
+    tensor that does work is rebuilt by a loop that does not need to."""
     m = meta(e)
     got = m.get("shared")
     if got is not None:
         return got
     out = e
     for _ in range(100):  # binding a term can expose sharing inside let values
-        shared = shared_terms(out)
-        if not shared:
+        todo = set(shared_terms(out)) | set(invariant_tensors(out))
+        if not todo:
             break
-        out = _bind(out, set(shared))
+        out = _bind(out, todo)
     meta(out)["shared"] = out
     m["shared"] = out
     return out
 
 
+def needed(body: Expr, s: Expr):
+    """Signature: needed : Expr x Expr -> Pred.  Where, in the scope of
+    ``body``, some occurrence of ``s`` inside ``body`` is evaluated: the
+    Iverson guards on the path, with gen/sum indices between existentially
+    quantified (renamed apart), ``true`` if an occurrence is unguarded."""
+    memo: dict = {}
+    contains_memo: dict = {}
+
+    def contains(x) -> bool:
+        if x is s:
+            return True
+        got = contains_memo.get(x)
+        if got is None:
+            got = any(contains(c) for c in _binder_free_children(x))
+            contains_memo[x] = got
+        return got
+
+    def go(x):
+        if x is s:
+            return TRUE
+        if not contains(x):
+            return FALSE
+        got = memo.get(x)
+        if got is not None:
+            return got
+        match x:
+            case Iverson(pred=p, body=b):
+                out = conj(p, go(b))
+            case Gen(var=i, extent=n, body=b) | Sum(var=i, extent=n, body=b):
+                q = go(b)
+                if i in free_indices(q):
+                    k = fresh_index(i.name)
+                    q = Exists(k, n, subst(q, idx={i: sym_aff(k)}))
+                out = q
+            case _:
+                out = disj(*(go(c) for c in _binder_free_children(x)))
+        memo[x] = out
+        return out
+
+    return go(body)
+
+
+def _in_range(a: Aff, extent: Aff, ranges: dict) -> bool:
+    """Is ``0 <= a < extent`` for every value of the indices in their
+    ranges and all sizes >= 0?  (Sufficient, not necessary.)"""
+    lo, hi = {}, {}
+    for s, c in a.terms:
+        if s in ranges:
+            top = ranges[s] - 1
+            lo[s], hi[s] = (Aff((), 0), top) if c > 0 else (top, Aff((), 0))
+        elif isinstance(s, IndexVar):
+            return False  # an index of unknown range
+        # a size variable stays symbolic
+    def nonneg(b: Aff) -> bool:
+        return not b.index_vars() and all(c >= 0 for _, c in b.terms) and b.const >= 0
+    return nonneg(a.subst(lo)) and nonneg(extent - 1 - a.subst(hi))
+
+
+def provably_safe(s: Expr, ranges: dict) -> bool:
+    """Can ``s`` be evaluated anywhere its free indices are in range without
+    an out-of-range access (of a tensor or a relation)?"""
+    local = dict(ranges)
+    for x in walk(s):
+        if isinstance(x, (Gen, Sum, Exists)):
+            local[x.var] = x.extent
+    for x in walk(s):
+        if isinstance(x, Access):
+            t = type_of(x.arr)
+            if not _in_range(x.index, t.extent, local):
+                return False
+        elif isinstance(x, Rel):
+            if not all(_in_range(a, n, local) for a, n in zip(x.args, x.rel.extents)):
+                return False
+    return True
+
+
 def _bind(e: Expr, shared: set) -> Expr:
     inputs = free_vars(e)
     outer_fi = free_indices(e)
+    ranges = {x.var: x.extent for x in walk(e) if isinstance(x, (Gen, Sum, Exists))}
 
     def homed(candidates, bound_v, bound_i, var):
         out = []
@@ -118,7 +271,7 @@ def _bind(e: Expr, shared: set) -> Expr:
             seen.add(x)
             if x in shared:
                 found.append(x)
-            stack.extend(_expr_children(x))
+            stack.extend(_binder_free_children(x))
         return found
 
     memo: dict = {}
@@ -131,7 +284,8 @@ def _bind(e: Expr, shared: set) -> Expr:
         binds = []
         for s in here:
             v = fresh_var("t", type_of(s))
-            binds.append((v, _replace(s, repl)))
+            guard = TRUE if provably_safe(s, ranges) else needed(body, s)
+            binds.append((v, iverson(guard, _replace(s, repl))))
             repl[s] = v
         new_body = go(_replace(body, repl), bound_v, bound_i)
         for v, val in reversed(binds):
@@ -176,7 +330,10 @@ def _replace(e: Node, repl: dict) -> Node:
             return x
         got = memo.get(x)
         if got is None:
-            got = rebuild(x, tuple(go(c) if isinstance(c, Expr) else (tuple(go(y) for y in c) if isinstance(c, tuple) else c) for c in children(x)))
+            if isinstance(x, Let):  # the bound variable is a binder, not a use
+                got = rebuild(x, (x.var, go(x.value), go(x.body)))
+            else:
+                got = rebuild(x, tuple(go(c) if isinstance(c, Expr) else (tuple(go(y) for y in c) if isinstance(c, tuple) else c) for c in children(x)))
             memo[x] = got
         return got
 

@@ -1,0 +1,115 @@
+"""Explicit sharing (tensorlang/sharing.py): what the user computed once
+becomes one ``let``; the denotation never changes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tensorlang as tl
+from tensorlang.ir import Gen, Iverson, Let, Mul, Sum, Var, lets, walk
+from tensorlang.sharing import explicit_sharing, has_work, invariant_tensors, shared_terms
+
+from .strategies import Program, programs
+from .test_strategies import assert_close
+
+n, m = tl.sizes("n m")
+
+
+def test_a_tensor_indexed_twice_is_bound_once():
+    x = tl.tensor("x", n)
+    y = tl.gen(n, lambda i: x[i] * x[i])
+    e = tl.sum(n, lambda i: tl.iverson(i + 1 < n, y[i] * y[i + 1]))
+    s = explicit_sharing(e)
+    binds, body = lets(s)
+    assert len(binds) == 1 and binds[0][1] is y
+    assert y not in set(walk(body))
+    xv = np.array([1.0, -2.0, 3.0, 0.5])
+    sq = xv * xv
+    assert tl.evaluate(s, x=xv) == pytest.approx(float(np.sum(sq[:-1] * sq[1:])))
+
+
+def test_a_closed_tensor_indexed_in_a_loop_is_hoisted():
+    """The deconvolution loss: conv is indexed once, but inside sum[i]."""
+    x, c, z = tl.tensor("x", n + m - 1), tl.tensor("c", m), tl.tensor("z", n)
+    conv = tl.gen(n, lambda i: tl.sum(m, lambda j: x[i - j + m - 1] * c[j]))
+    loss = tl.sum(n, lambda i: (conv[i] - z[i]) ** 2)
+    assert invariant_tensors(loss) == [conv]
+    s = explicit_sharing(loss)
+    assert isinstance(s, Let) and s.value is conv
+    assert not invariant_tensors(s) and not shared_terms(s)
+
+
+def test_a_tensor_depending_on_the_loop_index_stays_inside():
+    x = tl.tensor("x", n)
+    e = tl.sum(n, lambda i: tl.gen(n, lambda j: x[i] * x[j])[i])
+    assert invariant_tensors(e) == []
+    assert explicit_sharing(e) is e
+
+
+def test_a_loop_invariant_tensor_moves_to_its_home_not_further():
+    x = tl.tensor("x", n)
+    # the inner gen depends on i but not on j: its home is just inside sum[i]
+    e = tl.sum(n, lambda i: tl.sum(n, lambda j: tl.gen(n, lambda k: x[i] * x[k])[j]))
+    s = explicit_sharing(e)
+    assert isinstance(s, Sum) and isinstance(s.body, Let) and isinstance(s.body.value, Gen)
+    xv = np.array([1.0, 2.0, -1.0])
+    assert tl.evaluate(s, x=xv) == pytest.approx(float(np.sum(np.outer(xv, xv))))
+
+
+def test_sharing_keeps_the_guard_that_protected_an_access():
+    """[0 ≤ i-1]·(x[i-1]·c) used twice: hoisting it out of its bracket would
+    read x[-1]; the let keeps the bracket."""
+    x, c = tl.tensor("x", n), tl.scalar("c")
+    g = tl.gen(n, lambda i: tl.iverson(i - 1 >= 0, x[i - 1] * c))
+    e = tl.sum(n, lambda i: g[i] * g[i])
+    s = explicit_sharing(e)
+    xv, cv = np.array([1.0, 2.0, 3.0]), 0.5
+    want = float(np.sum((xv[:-1] * cv) ** 2))
+    assert tl.evaluate(s, x=xv, c=cv) == pytest.approx(want)
+    # an inner term shared under the guard, homed outside it
+    t = x[n - 1] * c
+    e2 = tl.gen(n, lambda i: tl.iverson(i < 0, t + t * 2))  # never true: t is never needed
+    s2 = explicit_sharing(e2)
+    assert isinstance(s2, Let) and isinstance(s2.value, Iverson)
+    np.testing.assert_array_equal(tl.evaluate(s2, x=np.zeros(2), c=1.0), np.zeros(2))
+
+
+def test_terms_without_work_are_not_bound():
+    x = tl.tensor("x", n)
+    e = tl.sum(n, lambda i: tl.gen(n, lambda j: x[j])[i] + tl.gen(n, lambda j: x[j])[i])
+    assert not has_work(tl.gen(n, lambda j: x[j]))
+    assert explicit_sharing(e) is e
+
+
+def test_explicit_sharing_is_idempotent():
+    x = tl.tensor("x", n)
+    y = tl.gen(n, lambda i: tl.exp(x[i]))
+    e = tl.sum(n, lambda i: y[i] * y[n - 1 - i])
+    s = explicit_sharing(e)
+    assert explicit_sharing(s) is s
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_explicit_sharing_preserves_meaning_on_random_programs(prog: Program):
+    s = explicit_sharing(prog.expr)
+    tl.typecheck.check_program(s)
+    assert_close(tl.evaluate(s, **prog.inputs), prog.evaluate(), prog.bound)
+    assert not shared_terms(s)
+    assert not invariant_tensors(s)
+    assert explicit_sharing(s) is s
+
+
+def test_each_repeated_term_has_one_let():
+    x = tl.tensor("x", n)
+    a = x[0] * x[1]
+    e = (a + a) * (a + a)
+    s = explicit_sharing(e)
+    binds, body = lets(s)
+    assert [v for v, _ in binds] and len(binds) == 2  # a, and a + a
+    assert isinstance(body, Mul) and body.lhs is body.rhs and isinstance(body.lhs, Var)
+
+
+_ = Var
