@@ -14,15 +14,18 @@ assignment of integers >= 1 to the program's sizes
 (it is simplified under ``size >= 1``).
 
 Relations (data predicates) are counted by named symbols:
-``nnz_R`` is the number of true points of ``R``, and ``nnz_R[d0,d1]`` the
-number of distinct projections of its true points onto the dimensions
-``d0, d1`` (e.g. ``nnz_R[0]``: the number of non-empty rows of a matrix
-pattern ``R``).  A domain is expressible with these symbols when every
-relation atom ``R(i, j, ...)`` (possibly under ``exists`` over some of its
-arguments) is applied to distinct binder variables ranging exactly over
-``R``'s extents, those variables occur in no other relation atom, and every
-affine constraint on them is implied by their ranges; then the count is the
-product of the symbols times the count of the remaining affine domain.
+``nnz_R`` is the number of true points of ``R``; ``nnz_R[*,_]`` the number
+of distinct projections of its true points onto the ``*`` dimensions (the
+``_`` ones are quantified by ``exists``: here, the non-empty rows of a
+matrix pattern); ``nnz_R[*,0]`` counts the true points with second
+coordinate 0 (a fixed coordinate is any index free of loop variables,
+e.g. ``n - 1``).  A domain is expressible with these symbols when every
+relation atom (possibly under ``exists`` over some of its arguments) applies
+``R`` to distinct loop indices ranging exactly over ``R``'s extents (``*``),
+to quantified indices ranging exactly over them (``_``), or to fixed
+indices; the counted indices occur in no other relation atom, and every
+affine constraint on them is implied by their ranges.  Then the count is
+the product of the symbols times the count of the remaining affine domain.
 Anything else raises UnsupportedError (never a guess).
 :func:`relation_count_values` evaluates the symbols on relation data.
 """
@@ -75,41 +78,66 @@ from .typecheck import type_of
 # Relation count symbols
 
 _REL_SYMS: dict = {}
-
-
-def relation_count_symbol(rel_name: str, arity: int, dims=None) -> sympy.Symbol:
-    """``nnz_R`` (``dims`` None or all dimensions) or ``nnz_R[d0,...]``:
-    the number of distinct projections of ``R``'s true points onto ``dims``."""
-    dims = tuple(range(arity)) if dims is None else tuple(dims)
-    name = f"nnz_{rel_name}" if dims == tuple(range(arity)) else f"nnz_{rel_name}[{','.join(map(str, dims))}]"
-    s = _REL_SYMS.get(name)
-    if s is None:
-        s = _REL_SYMS[name] = sympy.Symbol(name, integer=True, nonnegative=True)
-        _REL_META[s] = (rel_name, arity, dims)
-    return s
-
-
 _REL_META: dict = {}
 
 
-def relation_count_values(expr, **relation_data) -> dict:
+def relation_count_symbol(rel_name: str, spec) -> sympy.Symbol:
+    """The count symbol of a relation pattern.
+
+    ``spec`` has one entry per dimension of ``R``: ``"*"`` (counted), ``"_"``
+    (projected away: quantified by ``exists``) or an affine index in the sizes
+    (fixed, an ``Aff`` or int).  The symbol is the number of distinct tuples
+    of the ``*`` coordinates of true points of ``R`` whose fixed coordinates
+    have the given values.  All ``*``: ``nnz_R``; e.g. ``nnz_R[*,_]`` is the
+    number of non-empty rows, ``nnz_R[*,0]`` the entries of column 0,
+    ``nnz_R[2]`` the 0/1 value of ``R(2)``."""
+    from .ir import as_aff
+
+    spec = tuple(x if x in ("*", "_") else as_aff(x) for x in spec)
+    if all(x == "*" for x in spec if isinstance(x, str)) and all(isinstance(x, str) for x in spec):
+        name = f"nnz_{rel_name}"
+    else:
+        name = f"nnz_{rel_name}[{','.join(str(x) for x in spec)}]"
+    sym = _REL_SYMS.get(name)
+    if sym is None:
+        sym = _REL_SYMS[name] = sympy.Symbol(name, integer=True, nonnegative=True)
+        _REL_META[sym] = (rel_name, spec)
+    return sym
+
+
+def relation_count_values(expr, **sizes_and_relations) -> dict:
     """Values of the relation count symbols occurring in the sympy
-    expression ``expr`` for the given relation data (bool arrays; coordinate
-    rows need the relation's extents, so pass bool arrays here)."""
+    expression ``expr``, from relation data (bool arrays, by relation name)
+    and sizes (ints, for fixed coordinates)."""
+    sizes = {k: v for k, v in sizes_and_relations.items() if isinstance(v, (int, np.integer)) and not isinstance(v, bool)}
     out = {}
-    for s in expr.free_symbols:
-        meta = _REL_META.get(s)
+    for sym in expr.free_symbols:
+        meta = _REL_META.get(sym)
         if meta is None:
             continue
-        name, arity, dims = meta
-        if name not in relation_data:
-            raise TensorLangError(f"relation data for {name} is needed to evaluate {s}")
-        data = np.asarray(relation_data[name], dtype=bool)
-        if data.ndim != arity:
-            raise TensorLangError(f"relation {name} needs a bool array of {arity} dimension(s)")
-        drop = tuple(d for d in range(arity) if d not in dims)
-        proj = data.any(axis=drop) if drop else data
-        out[s] = int(np.count_nonzero(proj))
+        name, spec = meta
+        if name not in sizes_and_relations:
+            raise TensorLangError(f"relation data for {name} is needed to evaluate {sym}")
+        data = np.asarray(sizes_and_relations[name], dtype=bool)
+        if data.ndim != len(spec):
+            raise TensorLangError(f"relation {name} needs a bool array of {len(spec)} dimension(s)")
+        index = []
+        empty = False
+        for d, x in enumerate(spec):
+            if isinstance(x, str):
+                index.append(slice(None))
+            else:
+                k = x.evaluate(sizes)
+                empty |= not 0 <= k < data.shape[d]
+                index.append(k if 0 <= k < data.shape[d] else 0)
+        if empty:
+            out[sym] = 0
+            continue
+        sub = data[tuple(index)]
+        kept = [x for x in spec if isinstance(x, str)]
+        drop = tuple(k for k, x in enumerate(kept) if x == "_")
+        sub = sub.any(axis=drop) if drop else sub
+        out[sym] = int(np.count_nonzero(sub))
     return out
 
 
@@ -123,7 +151,7 @@ def _plain_var(a: Aff):
 
 
 def _split_atom(c: Pred, B):
-    """A conjunct containing a relation -> (R, kept dims, kept args, affine
+    """A conjunct containing a relation -> (R, spec, counted args, affine
     conjuncts pulled out of exists), or UnsupportedError."""
     exvars = []
     body = c
@@ -153,27 +181,30 @@ def _split_atom(c: Pred, B):
                 f"symbolic cost: {describe(c)} restricts a relation by an affine condition on a quantified "
                 "index; use tl.cost with relation data"
             )
-    kept_dims, kept_args = [], []
+    spec, counted = [], []
     used_ex = set()
+    exts = dict(exvars)
     for d, a in enumerate(atom.args):
         v = _plain_var(a)
         if v is not None and v in ex_set:
-            ext = dict(exvars)[v]
-            if v in used_ex or ext is not atom.rel.extents[d]:
+            if v in used_ex or exts[v] is not atom.rel.extents[d]:
                 raise UnsupportedError(
                     f"symbolic cost: in {describe(c)} the quantified index {v!r} must range exactly over "
                     f"dimension {d} of {atom.rel.name}"
                 )
             used_ex.add(v)
+            spec.append("_")
         elif a.index_vars() & ex_set:
             raise UnsupportedError(f"symbolic cost: {describe(c)} applies a relation to a non-variable index {a}")
+        elif not a.index_vars():
+            spec.append(a)  # a fixed coordinate (sizes and constants only)
         else:
-            kept_dims.append(d)
-            kept_args.append(a)
+            spec.append("*")
+            counted.append(a)
     for v, ext in exvars:
         if v not in used_ex:  # exists over an unused variable: its range is non-empty
             outer.append(Cmp("<=", Aff((), 1), ext))
-    return atom.rel, tuple(kept_dims), tuple(kept_args), outer
+    return atom.rel, tuple(spec), tuple(counted), outer
 
 
 def _relation_factor(B, P: Pred):
@@ -187,17 +218,18 @@ def _relation_factor(B, P: Pred):
         if not has_relation(c):
             affine.append(c)
             continue
-        rel, dims, args, outer = _split_atom(c, B)
+        rel, spec, args, outer = _split_atom(c, B)
         affine.extend(outer)
-        atoms.append((rel, dims, args, c))
-    # deduplicate identical atoms (the same relation atom in two enclosing predicates)
+        atoms.append((rel, spec, args, c))
+    # the same atom in two enclosing predicates counts once
     uniq = {}
-    for rel, dims, args, c in atoms:
-        uniq.setdefault((rel, dims, args), c)
+    for rel, spec, args, c in atoms:
+        uniq.setdefault((rel, tuple(x if isinstance(x, str) else id(x) for x in spec), args), (spec, c))
     ext = dict(B)
     used: set = set()
     factor = sympy.Integer(1)
-    for (rel, dims, args), c in uniq.items():
+    for (rel, _, args), (spec, c) in uniq.items():
+        dims = [d for d, x in enumerate(spec) if x == "*"]
         for d, a in zip(dims, args):
             v = _plain_var(a)
             if v is None or v not in ext or v in used or ext[v] is not rel.extents[d]:
@@ -206,7 +238,7 @@ def _relation_factor(B, P: Pred):
                     f"exactly over its extents (dimension {d}: {a}); use tl.cost with relation data"
                 )
             used.add(v)
-        factor *= relation_count_symbol(rel.name, len(rel.extents), dims)
+        factor *= relation_count_symbol(rel.name, spec)
     for i, n in B:
         if n.index_vars() & used:
             raise UnsupportedError(f"symbolic cost: the range of {i!r} depends on an index constrained by a relation")

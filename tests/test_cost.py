@@ -185,9 +185,10 @@ def test_relation_counts_and_symbols():
     coords = np.array([[0, 0], [0, 2], [0, 3], [2, 4]])
     assert tl.cost(spmv, n=4, m=5, R=coords) == 6
     s = tl.symbolic_cost(spmv)
-    nnz, rows = C.relation_count_symbol("R", 2), C.relation_count_symbol("R", 2, (0,))
+    nnz, rows = C.relation_count_symbol("R", "**"), C.relation_count_symbol("R", "*_")
     assert sympy.expand(s - (2 * nnz - rows)) == 0
     assert s.subs(C.relation_count_values(s, R=Rd)) == 6
+    assert str(rows) == "nnz_R[*,_]" and str(nnz) == "nnz_R"
     # a relation under 'or' has no count symbol: refused, not guessed
     e = tl.gen(n, lambda i: tl.sum(m, lambda j: tl.iverson(R(i, j) | (j == 0), A[i, j])))
     with pytest.raises(UnsupportedError):
@@ -290,5 +291,5 @@ def test_symbolic_cost_with_relation_symbols(prog):
     except UnsupportedError:
         assume(False)
     rels = _rels(prog)
-    val = s.subs(C.relation_count_values(s, **rels))
+    val = s.subs(C.relation_count_values(s, **rels, **prog.sizes))
     assert sym_at(val, **prog.sizes) == tl.cost(prog.expr, **prog.sizes, **rels), prog
