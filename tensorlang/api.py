@@ -346,6 +346,14 @@ def _install():
 
     Expr.__bool__ = _nobool
 
+    def _nocmp(self, other):
+        raise TensorLangError(
+            f"cannot compare the value {describe(self)}: predicates compare affine indices only; "
+            "a data-dependent condition is a relation (tl.relation)"
+        )
+
+    Expr.__lt__ = Expr.__le__ = Expr.__gt__ = Expr.__ge__ = _nocmp
+
 
 _install()
 

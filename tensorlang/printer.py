@@ -123,6 +123,12 @@ def _top_names(n) -> _Names:
     return _Names(names, frozenset(reserved))
 
 
+def free_symbol_names(n) -> dict:
+    """The names the printer gives the free symbols of ``n`` (for messages
+    that name them next to a printed term)."""
+    return dict(_top_names(n).names)
+
+
 # --------------------------------------------------------------------------
 # Indices, predicates, types
 

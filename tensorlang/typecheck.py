@@ -106,7 +106,10 @@ def check_program(e: Expr) -> Type:
     t = type_of(e)
     fi = free_indices(e)
     if fi:
-        names = ", ".join(sorted(repr(i) for i in fi))
+        from .printer import free_symbol_names
+
+        shown = free_symbol_names(e)
+        names = ", ".join(sorted(shown.get(i, i.name) for i in fi))
         raise TypeCheckError(f"free index variable(s) {names} in {describe(e)}: bind them with gen, sum or exists")
     return t
 
