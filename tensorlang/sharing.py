@@ -277,6 +277,11 @@ def _bind(e: Expr, shared: set) -> Expr:
     memo: dict = {}
 
     def wrap(body: Expr, bound_v, bound_i, var) -> Expr:
+        if isinstance(body, Iverson):
+            # every occurrence is under the bracket: bind inside it, so the
+            # term is computed (and costed, Fig. 6 4.33) only where the
+            # bracket holds, and a sum keeps its bracket (4.30 (**))
+            return Iverson(body.pred, wrap(body.body, bound_v, bound_i, var))
         here = sorted(homed(occurs(body), bound_v, bound_i, var), key=_size)
         if not here:
             return go(body, bound_v, bound_i)
