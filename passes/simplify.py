@@ -1,0 +1,440 @@
+"""Simplification of derivative code: what makes the predicates pay off (paper §2.1, §2.2, §6).
+
+The adjoint rules (Figs. 15-16) leave single-point sums such as
+``sum[i:n] [k = i - j]·e`` and existential filters.  This pass
+
+* eliminates a summed (or existentially quantified) index fixed by an
+  equality ``a = b`` in which it has coefficient ±1, keeping its range:
+  ``sum[i:n] [k = i - j ∧ q]·e  ==>  [0 <= k + j < n ∧ q']·e[i := k + j]``
+  (RULES.md Note in §2.1: the range predicate must stay); among several
+  candidates the outermost binder goes first (the generator side of a
+  transposed access, which yields the gather form of §2.1);
+* decides predicates with isl (``tensorlang.isl_bridge``): an empty one
+  makes its term zero, a conjunct implied by the enclosing ranges and
+  brackets is dropped, an always-true bracket disappears; relations are data
+  and are left alone;
+* propagates zeros (``0 + e``, ``0·e``, ``[p]·0``, sums and gens of zero,
+  accesses into zero) and lifts brackets out of products
+  (``([p]·a)·b ==> [p]·(a·b)``, never more costly, rule 4.25 vs 4.33);
+* removes dead bindings, propagates copies and zero bindings, and inlines a
+  single-use *gather* (a right-hand side without arithmetic, so inlining
+  never changes the cost), followed by ``(gen[i:n] e)[a] ==> e[i := a]``
+  (5.21) and ``([p]·e)[a] ==> [p]·e[a]`` (5.22).
+
+Every rewrite preserves the value (Fig. 4) and never raises the cost (Fig. 6).
+"""
+
+from __future__ import annotations
+
+from tensorlang.errors import TensorLangError, UnsupportedError
+from tensorlang.ir import (
+    FALSE,
+    TRUE,
+    Access,
+    Add,
+    Aff,
+    And,
+    BoolLit,
+    Call,
+    Cmp,
+    Const,
+    Exists,
+    Expr,
+    Gen,
+    Iverson,
+    Let,
+    Mul,
+    Or,
+    Pair,
+    Pred,
+    Proj,
+    Rel,
+    Sum,
+    Var,
+    as_aff,
+    children,
+    conj,
+    disj,
+    free_indices,
+    free_vars,
+    make_sums,
+    subst,
+    sym_aff,
+)
+from tensorlang.sharing import has_work
+from tensorlang.typecheck import type_of, zero_of
+
+# --------------------------------------------------------------------------
+# Zeros
+
+
+def is_zero(e: Expr) -> bool:
+    match e:
+        case Const(value=v):
+            return v == 0
+        case Gen(body=b) | Iverson(body=b) | Sum(body=b):
+            return is_zero(b)
+        case Pair(fst=a, snd=b):
+            return is_zero(a) and is_zero(b)
+        case _:
+            return False
+
+
+def _zero(e: Expr) -> Expr:
+    return zero_of(type_of(e))
+
+
+# --------------------------------------------------------------------------
+# Conjunctions
+
+
+def conjuncts(p: Pred) -> list:
+    if isinstance(p, And):
+        return conjuncts(p.lhs) + conjuncts(p.rhs)
+    if p is TRUE:
+        return []
+    return [p]
+
+
+def _range(a: Aff, n: Aff) -> list:
+    """``0 <= a < n`` as two conjuncts (folded when constant)."""
+    out = []
+    for c in (Cmp("<=", as_aff(0), a), Cmp("<", a, n)):
+        d = c.rhs - c.lhs
+        if d.is_const:
+            if (c.op == "<=" and d.const >= 0) or (c.op == "<" and d.const > 0):
+                continue
+            return [FALSE]
+        out.append(c)
+    return out
+
+
+def _solve(cs: list, binds: list):
+    """Find ``(k, v, a)``: conjunct ``k`` is an equality fixing binder ``v`` to
+    the affine ``a`` (coefficient ±1); the outermost binder first."""
+    for v, _n in binds:
+        for k, c in enumerate(cs):
+            if isinstance(c, Cmp) and c.op == "==":
+                d = c.lhs - c.rhs
+                co = d.coeff(v)
+                if co in (1, -1):
+                    rest = d - Aff(((v, co),), 0)
+                    return k, v, rest * (-co)
+    return None
+
+
+def eliminate(binds: list, pred: Pred, body=None):
+    """Single-point elimination over a block of binders.
+
+    Signature: eliminate : [(IndexVar, Aff)] × Pred × (Expr | Pred | None)
+    -> ([(IndexVar, Aff)], Pred, Expr | Pred | None).  Each binder fixed by
+    an equality is substituted away and its range conjoined in its place.
+    """
+    binds = list(binds)
+    cs = conjuncts(pred)
+    while True:
+        hit = _solve(cs, binds)
+        if hit is None:
+            break
+        k, v, a = hit
+        n = dict(binds)[v]
+        binds = [(i, m) for i, m in binds if i is not v]
+        rng = _range(a, n)
+        cs = [subst(c, idx={v: a}) for c in cs[:k]] + rng + [subst(c, idx={v: a}) for c in cs[k + 1:]]
+        if body is not None:
+            body = subst(body, idx={v: a})
+        if any(c is FALSE for c in cs):
+            return binds, FALSE, body
+    return binds, conj(*cs), body
+
+
+# --------------------------------------------------------------------------
+# Predicates: existential elimination and isl decisions
+
+
+def simplify_pred(p: Pred) -> Pred:
+    """Signature: simplify_pred : Pred -> Pred (syntactic: literals, single-point exists)."""
+    match p:
+        case BoolLit() | Cmp() | Rel():
+            if isinstance(p, Cmp):
+                d = p.rhs - p.lhs
+                if d.is_const:
+                    ok = {"<": d.const > 0, "<=": d.const >= 0, "==": d.const == 0}[p.op]
+                    return TRUE if ok else FALSE
+            return p
+        case And(lhs=a, rhs=b):
+            return conj(simplify_pred(a), simplify_pred(b))
+        case Or(lhs=a, rhs=b):
+            return disj(simplify_pred(a), simplify_pred(b))
+        case Exists():
+            binds, q = [], p
+            while isinstance(q, Exists):
+                binds.append((q.var, q.extent))
+                q = q.body
+            q = simplify_pred(q)
+            binds, q, _ = eliminate(binds, q)
+            q = simplify_pred(q)
+            if q is FALSE:
+                return FALSE
+            # drop binders the body does not mention (their ranges are non-empty for sizes >= 1)
+            keep = [(i, n) for i, n in binds if i in free_indices(q) or not _nonempty(n)]
+            for i, n in reversed(keep):
+                q = Exists(i, n, q)
+            return q
+        case _:
+            raise UnsupportedError(f"simplify: not a predicate: {p!r}")
+
+
+def _nonempty(n: Aff) -> bool:
+    """Is the range ``[0, n)`` non-empty for every size >= 1?"""
+    return all(c >= 0 for _, c in n.terms) and n.const + sum(c for _, c in n.terms) >= 1
+
+
+def _affine(p: Pred) -> bool:
+    return not any(isinstance(x, Rel) for x in _pred_nodes(p))
+
+
+def _pred_nodes(p: Pred):
+    stack = [p]
+    while stack:
+        x = stack.pop()
+        yield x
+        for c in children(x):
+            if isinstance(c, Pred):
+                stack.append(c)
+
+
+class _Ctx:
+    """Enclosing binders (index var -> extent) and bracket conjuncts."""
+
+    __slots__ = ("binds", "facts")
+
+    def __init__(self, binds=(), facts=()):
+        self.binds = tuple(binds)
+        self.facts = tuple(facts)
+
+    def bind(self, i, n) -> "_Ctx":
+        return _Ctx(self.binds + ((i, n),), self.facts)
+
+    def assume(self, p: Pred) -> "_Ctx":
+        new = tuple(c for c in conjuncts(p) if _affine(c))
+        return _Ctx(self.binds, self.facts + new)
+
+
+def _domain(ctx: _Ctx, preds) -> list:
+    """The binders of ``ctx`` that the predicates (transitively through their
+    extents and the facts) mention."""
+    need = set()
+    for q in preds:
+        need |= free_indices(q)
+    binds = []
+    for i, n in ctx.binds:
+        binds.append((i, n))
+    return [(i, n) for i, n in binds if i in need]
+
+
+def decide(ctx: _Ctx, p: Pred) -> Pred:
+    """``p`` with conjuncts implied by the context dropped; FALSE when empty."""
+    from tensorlang import isl_bridge
+
+    p = simplify_pred(p)
+    if p is TRUE or p is FALSE:
+        return p
+    cs = conjuncts(p)
+    facts = [f for f in ctx.facts]
+    affine_cs = [c for c in cs if _affine(c)]
+    try:
+        dom = _domain(ctx, facts + cs)
+        if free_indices(conj(*cs, *facts)) - {i for i, _ in dom}:
+            return p
+        if isl_bridge.is_empty(dom, conj(*facts, *cs), rel="true"):
+            return FALSE
+        keep = list(cs)
+        for c in affine_cs:
+            others = [x for x in keep if x is not c and _affine(x)]
+            if isl_bridge.implies(dom, conj(*facts, *others), c):
+                keep = [x for x in keep if x is not c]
+        return conj(*keep)
+    except (UnsupportedError, TensorLangError):
+        return p
+
+
+# --------------------------------------------------------------------------
+# Expressions
+
+
+def _uses(e: Expr, v: Var, memo=None) -> int:
+    """Number of occurrences of ``v`` in the tree of ``e`` (shared DAG nodes count per use)."""
+    if memo is None:
+        memo = {}
+    if v not in free_vars(e):
+        return 0
+    got = memo.get(e)
+    if got is not None:
+        return got
+    if e is v:
+        r = 1
+    else:
+        r = 0
+        for c in children(e):
+            if isinstance(c, Expr):
+                r += _uses(c, v, memo)
+            elif isinstance(c, tuple):
+                r += sum(_uses(x, v, memo) for x in c if isinstance(x, Expr))
+    memo[e] = r
+    return r
+
+
+def _lift_sum_block(e: Sum):
+    """``sum[~b] [p]·body`` with nested sums and brackets gathered into one block."""
+    binds, preds = [], []
+    cur: Expr = e
+    while True:
+        if isinstance(cur, Sum):
+            if any(cur.var in free_indices(q) for q in preds):
+                break
+            binds.append((cur.var, cur.extent))
+            cur = cur.body
+        elif isinstance(cur, Iverson):
+            preds.append(cur.pred)
+            cur = cur.body
+        else:
+            break
+    return binds, conj(*preds), cur
+
+
+class _Simplifier:
+    def __init__(self):
+        self.memo: dict = {}
+
+    def expr(self, e: Expr, ctx: _Ctx) -> Expr:
+        key = (e, ctx.binds, ctx.facts)
+        try:
+            got = self.memo.get(key)
+        except TypeError:  # pragma: no cover
+            got = None
+        if got is not None:
+            return got
+        out = self._expr(e, ctx)
+        self.memo[key] = out
+        return out
+
+    def _expr(self, e: Expr, ctx: _Ctx) -> Expr:
+        """Signature: _expr : Expr × ctx -> Expr (bottom-up, exhaustive)."""
+        match e:
+            case Var() | Const():
+                return e
+            case Add(lhs=a, rhs=b):
+                a, b = self.expr(a, ctx), self.expr(b, ctx)
+                if is_zero(a):
+                    return b
+                if is_zero(b):
+                    return a
+                return Add(a, b)
+            case Mul(lhs=a, rhs=b):
+                a, b = self.expr(a, ctx), self.expr(b, ctx)
+                if is_zero(a) or is_zero(b):
+                    return Const(0)
+                if a is Const(1):
+                    return b
+                if b is Const(1):
+                    return a
+                if isinstance(a, Iverson):
+                    return self.expr(Iverson(a.pred, Mul(a.body, b)), ctx)
+                if isinstance(b, Iverson):
+                    return self.expr(Iverson(b.pred, Mul(a, b.body)), ctx)
+                return Mul(a, b)
+            case Call(fn=f, args=args):
+                return Call(f, tuple(self.expr(x, ctx) for x in args))
+            case Pair(fst=a, snd=b):
+                return Pair(self.expr(a, ctx), self.expr(b, ctx))
+            case Proj(index=k, arg=a):
+                a = self.expr(a, ctx)
+                if isinstance(a, Pair):
+                    return a.fst if k == 0 else a.snd
+                return Proj(k, a)
+            case Gen(var=i, extent=n, body=b):
+                b = self.expr(b, ctx.bind(i, n))
+                if is_zero(b):
+                    return _zero(Gen(i, n, b))
+                if isinstance(b, Access) and b.index is sym_aff(i) and i not in free_indices(b.arr):
+                    t = type_of(b.arr)
+                    if t.extent is n:  # eta: gen[i:n] a[i] is a
+                        return b.arr
+                return Gen(i, n, b)
+            case Sum():
+                return self._sum(e, ctx)
+            case Access(arr=a, index=ix):
+                a = self.expr(a, ctx)
+                if is_zero(a):
+                    return _zero(Access(a, ix))
+                if isinstance(a, Gen):  # 5.21
+                    return self.expr(subst(a.body, idx={a.var: ix}), ctx)
+                if isinstance(a, Iverson):  # 5.22
+                    return self.expr(Iverson(a.pred, Access(a.body, ix)), ctx)
+                return Access(a, ix)
+            case Iverson(pred=p, body=b):
+                p = decide(ctx, p)
+                if p is FALSE:
+                    return _zero(e)
+                b = self.expr(b, ctx.assume(p))
+                if is_zero(b):
+                    return b
+                if isinstance(b, Iverson):
+                    return self.expr(Iverson(conj(p, b.pred), b.body), ctx)
+                return b if p is TRUE else Iverson(p, b)
+            case Let():
+                return self._let(e, ctx)
+            case _:
+                raise UnsupportedError(f"simplify: not a value expression: {e!r}")
+
+    def _sum(self, e: Sum, ctx: _Ctx) -> Expr:
+        binds, pred, body = _lift_sum_block(e)
+        pred = simplify_pred(pred)
+        binds, pred, body = eliminate(binds, pred, body)
+        if pred is FALSE:
+            return Const(0)
+        inner = ctx
+        for i, n in binds:
+            inner = inner.bind(i, n)
+        pred = decide(inner, pred)
+        if pred is FALSE:
+            return Const(0)
+        body = self.expr(body, inner.assume(pred))
+        if is_zero(body):
+            return Const(0)
+        # a body that exposed more brackets or sums is gathered by the next round
+        out_body = body if pred is TRUE else Iverson(pred, body)
+        return make_sums(binds, out_body)
+
+    def _let(self, e: Let, ctx: _Ctx) -> Expr:
+        v, e0, e1 = e.var, e.value, e.body
+        if v not in free_vars(e1):
+            return self.expr(e1, ctx)
+        e0 = self.expr(e0, ctx)
+        if isinstance(e0, Var) or is_zero(e0) or isinstance(e0, Const):
+            return self.expr(subst(e1, vals={v: e0}), ctx)
+        if not has_work(e0) and _uses(e1, v) == 1:
+            return self.expr(subst(e1, vals={v: e0}), ctx)
+        e1 = self.expr(e1, ctx)
+        if v not in free_vars(e1):
+            return e1
+        if e1 is v:
+            return e0
+        return Let(v, e0, e1)
+
+
+def simplify(e: Expr, *, max_rounds: int = 8) -> Expr:
+    """Signature: simplify : Expr -> Expr (value-preserving, never more costly)."""
+    t = type_of(e)
+    for _ in range(max_rounds):
+        new = _Simplifier().expr(e, _Ctx())
+        if new is e:
+            break
+        e = new
+    if type_of(e) is not t:  # pragma: no cover - every rewrite preserves types
+        raise TensorLangError("simplify changed the type of the program")
+    return e
+
+
+_ = (Pred, sym_aff)

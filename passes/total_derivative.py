@@ -1,0 +1,321 @@
+"""The total (forward-mode) derivative ``D⟦e⟧σ``: paper Section 6.2, Figure 13.
+
+``σ`` maps each differentiated variable ``x`` to the expression of its
+differential ``dx``; variables outside ``σ`` are constants (6.2).  The
+transform is a structural recursion over *any* well-typed expression (not
+only tensor SSA).  On tensor SSA, rule 6.16 introduces exactly one
+differential binding per binding, which is what Theorem 6.1 counts
+(``cost(D e) <= 4 cost(e)``).
+
+Zero folding: the rules build their right-hand sides through smart
+constructors that drop *literal* zeros (``0 + e``, ``0·e``, ``[p]·0``, a
+``gen``/``sum`` of zero, an access into a zero tensor).  This never changes
+the value and only lowers the cost; it keeps ``D`` of constants from
+producing dead arithmetic.  Black-box functions use their registered
+partial derivatives (``tensorlang.functions``), rule 6.6.
+"""
+
+from __future__ import annotations
+
+from tensorlang.errors import TensorLangError, UnsupportedError, describe
+from tensorlang.functions import lookup
+from tensorlang.ir import (
+    Access,
+    Add,
+    Call,
+    Const,
+    Expr,
+    Gen,
+    Iverson,
+    Let,
+    Mul,
+    Pair,
+    Proj,
+    Sum,
+    Var,
+    free_vars,
+    fresh_var,
+)
+from tensorlang.typecheck import type_of, zero_of
+
+from .rules import rule
+
+# --------------------------------------------------------------------------
+# Literal zeros and the folding constructors
+
+
+def is_zero(e: Expr) -> bool:
+    """Is ``e`` syntactically a zero value (0, gen of zero, pair of zeros, [p]·0)?"""
+    match e:
+        case Const(value=v):
+            return v == 0
+        case Gen(body=b) | Iverson(body=b) | Sum(body=b):
+            return is_zero(b)
+        case Pair(fst=a, snd=b):
+            return is_zero(a) and is_zero(b)
+        case Access(arr=a) | Proj(arg=a):
+            return is_zero(a)
+        case _:
+            return False
+
+
+def zero_like(e: Expr) -> Expr:
+    return zero_of(type_of(e))
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if is_zero(a):
+        return b
+    if is_zero(b):
+        return a
+    return Add(a, b)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    if is_zero(a) or is_zero(b):
+        return Const(0)
+    return Mul(a, b)
+
+
+def bracket(p, e: Expr) -> Expr:
+    from tensorlang.ir import iverson
+
+    if is_zero(e):
+        return e
+    return iverson(p, e)
+
+
+def gen(i, n, body: Expr) -> Expr:
+    return Gen(i, n, body)
+
+
+def sum_(i, n, body: Expr) -> Expr:
+    if is_zero(body):
+        return Const(0)
+    return Sum(i, n, body)
+
+
+def access(arr: Expr, a) -> Expr:
+    if is_zero(arr):
+        return zero_of(type_of(Access(arr, a)))
+    return Access(arr, a)
+
+
+def proj(k: int, e: Expr) -> Expr:
+    if isinstance(e, Pair):  # D of a pair is a pair: project it right away (5.11)
+        return e.fst if k == 0 else e.snd
+    return Proj(k, e)
+
+
+# --------------------------------------------------------------------------
+# Figure 13.  Each rule: (e, sigma, D) -> Expr | None, D the recursion.
+
+
+@rule("6.1", figure=13)
+def d_var_differentiated(e, sigma, D):
+    """D⟦x⟧(σ[x ↦ dx])  ==>  dx"""
+    if isinstance(e, Var) and e in sigma:
+        return sigma[e]
+    return None
+
+
+@rule("6.2", figure=13)
+def d_var_constant(e, sigma, D):
+    """D⟦x⟧σ  ==>  0,   where x ∉ σ"""
+    if isinstance(e, Var) and e not in sigma:
+        return zero_like(e)
+    return None
+
+
+@rule("6.3", figure=13)
+def d_const(e, sigma, D):
+    """D⟦c⟧σ  ==>  0"""
+    if isinstance(e, Const):
+        return Const(0)
+    return None
+
+
+@rule("6.4", figure=13)
+def d_add(e, sigma, D):
+    """D⟦e0 + e1⟧σ  ==>  D⟦e0⟧σ + D⟦e1⟧σ"""
+    if isinstance(e, Add):
+        return add(D(e.lhs, sigma), D(e.rhs, sigma))
+    return None
+
+
+@rule("6.5", figure=13)
+def d_mul(e, sigma, D):
+    """D⟦e0 · e1⟧σ  ==>  D⟦e0⟧σ · e1 + e0 · D⟦e1⟧σ"""
+    if isinstance(e, Mul):
+        return add(mul(D(e.lhs, sigma), e.rhs), mul(e.lhs, D(e.rhs, sigma)))
+    return None
+
+
+@rule("6.6", figure=13)
+def d_call(e, sigma, D):
+    """D⟦f(e0, …)⟧σ  ==>  Df(e0, …; D⟦e0⟧σ, …) = Σ_k (∂_k f)(e0, …)·D⟦e_k⟧σ"""
+    if not isinstance(e, Call):
+        return None
+    fd = lookup(e.fn)
+    ds = [D(a, sigma) for a in e.args]
+    if all(is_zero(d) for d in ds):
+        return Const(0)
+    partials = fd.partials(*e.args)
+    if len(partials) != len(e.args):
+        raise TensorLangError(f"function {e.fn} returned {len(partials)} partials for {describe(e)}")
+    out: Expr = Const(0)
+    for pk, dk in zip(partials, ds):
+        if not is_zero(dk):
+            out = add(out, mul(pk, dk))
+    return out
+
+
+@rule("6.7", figure=13)
+def d_pair(e, sigma, D):
+    """D⟦(e0, e1)⟧σ  ==>  (D⟦e0⟧σ, D⟦e1⟧σ)"""
+    if isinstance(e, Pair):
+        return Pair(D(e.fst, sigma), D(e.snd, sigma))
+    return None
+
+
+@rule("6.8", figure=13)
+def d_proj(e, sigma, D):
+    """D⟦π0 e⟧σ  ==>  π0 D⟦e⟧σ      (π1 symmetric)"""
+    if isinstance(e, Proj):
+        return proj(e.index, D(e.arg, sigma))
+    return None
+
+
+@rule("6.9", figure=13)
+def d_gen(e, sigma, D):
+    """D⟦gen[i:n] e⟧σ  ==>  gen[i:n] D⟦e⟧σ"""
+    if isinstance(e, Gen):
+        return gen(e.var, e.extent, D(e.body, sigma))
+    return None
+
+
+@rule("6.10", figure=13)
+def d_sum(e, sigma, D):
+    """D⟦sum[i:n] e⟧σ  ==>  sum[i:n] D⟦e⟧σ"""
+    if isinstance(e, Sum):
+        return sum_(e.var, e.extent, D(e.body, sigma))
+    return None
+
+
+@rule("6.11", figure=13)
+def d_access(e, sigma, D):
+    """D⟦e[a]⟧σ  ==>  (D⟦e⟧σ)[a]"""
+    if isinstance(e, Access):
+        return access(D(e.arr, sigma), e.index)
+    return None
+
+
+@rule("6.12", figure=13)
+def d_iverson(e, sigma, D):
+    """D⟦[p]·e⟧σ  ==>  [p]·D⟦e⟧σ"""
+    if isinstance(e, Iverson):
+        return bracket(e.pred, D(e.body, sigma))
+    return None
+
+
+@rule("6.16", figure=13)
+def d_let(e, sigma, D):
+    """D⟦let x = e0 in e1⟧σ  ==>  let x = e0 in let dx = D⟦e0⟧σ in D⟦e1⟧(σ[x ↦ dx])"""
+    if not isinstance(e, Let):
+        return None
+    x = e.var
+    dx = fresh_var("d" + x.name, x.type)
+    inner = D(e.body, {**sigma, x: dx})
+    return Let(x, e.value, Let(dx, D(e.value, sigma), inner))
+
+
+# --------------------------------------------------------------------------
+# The transform
+
+
+class _D:
+    """Memoized recursion: one memo per environment (DAGs stay DAGs)."""
+
+    def __init__(self):
+        self.memo: dict = {}
+
+    def __call__(self, e: Expr, sigma: dict) -> Expr:
+        key = (id(e), id(sigma))
+        hit = self.memo.get(key)
+        if hit is not None and hit[0] is e and hit[1] is sigma:
+            return hit[2]
+        # A sub-term that mentions no differentiated variable is constant.
+        # (Lets are exempt: 6.16 gives every binding its differential binding.)
+        if not isinstance(e, Let) and not (free_vars(e) & sigma.keys()):
+            out = Const(0) if isinstance(e, Const) else zero_like(e)
+        else:
+            out = self._rule(e, sigma)
+        self.memo[key] = (e, sigma, out)
+        return out
+
+    def _rule(self, e: Expr, sigma: dict) -> Expr:
+        match e:
+            case Var():
+                r = d_var_differentiated(e, sigma, self)
+                if r is None:
+                    r = d_var_constant(e, sigma, self)
+            case Const():
+                r = d_const(e, sigma, self)
+            case Add():
+                r = d_add(e, sigma, self)
+            case Mul():
+                r = d_mul(e, sigma, self)
+            case Call():
+                r = d_call(e, sigma, self)
+            case Pair():
+                r = d_pair(e, sigma, self)
+            case Proj():
+                r = d_proj(e, sigma, self)
+            case Gen():
+                r = d_gen(e, sigma, self)
+            case Sum():
+                r = d_sum(e, sigma, self)
+            case Access():
+                r = d_access(e, sigma, self)
+            case Iverson():
+                r = d_iverson(e, sigma, self)
+            case Let():
+                r = d_let(e, sigma, self)
+            case _:
+                raise UnsupportedError(f"total derivative: not a value expression: {e!r}")
+        if r is None:  # pragma: no cover - every case above has its rule
+            raise UnsupportedError(f"total derivative: no rule for {describe(e)}")
+        return r
+
+
+def total_derivative(e: Expr, sigma: dict) -> Expr:
+    """Signature: total_derivative : Expr × (Var -> Expr) -> Expr  (D⟦e⟧σ, Fig. 13).
+
+    ``sigma`` maps the differentiated variables to their differentials (of
+    the same type).  Lets follow 6.16: the primal binding is kept and one
+    differential binding ``d<name>`` follows it.
+    """
+    type_of(e)
+    for x, dx in sigma.items():
+        if type_of(dx) is not x.type:
+            raise TensorLangError(f"the differential of {x.name} has type {type_of(dx)}, expected {x.type}")
+    # an empty-environment memo is keyed by the dict identity: keep one dict
+    return _D()(e, dict(sigma))
+
+
+def tangent_inputs(e: Expr, wrt) -> dict:
+    """``{x: dx}`` with ``dx`` a new program input named ``"d" + x.name``."""
+    from tensorlang.ir import input_vars
+
+    names = {v.name for v in input_vars(e)}
+    sigma = {}
+    for x in wrt:
+        if not isinstance(x, Var) or x.uid != 0:
+            raise TensorLangError(f"can only differentiate with respect to program inputs, got {describe(x)}")
+        name = "d" + x.name
+        if name in names:
+            raise TensorLangError(
+                f"the tangent of {x.name} would be named {name!r}, but the program already has an input of that name"
+            )
+        sigma[x] = Var(name, 0, x.type)
+    return sigma

@@ -1,0 +1,233 @@
+"""Derivatives as programs, and the gradient API (paper Section 6).
+
+* ``derivative(expr, wrt)``: the total derivative ``D⟦e⟧σ`` (Fig. 13) as an
+  expression whose new inputs are the tangents ``d<name>``;
+* ``adjoint(expr, wrt)``: ``simplify(DT⟦normalize(e)⟧σ)`` (Figs. 14-16), an
+  expression with one new input, the output cotangent (default ``dy``),
+  computing the cotangents of ``wrt`` (a nested pair ``(E0, (E1, …))`` for
+  several); ``mode="naive"`` gives the dense textbook transposition instead;
+* ``grad``, ``value_and_grad``, ``vjp``, ``jvp``: callables on named inputs,
+  run through ``tensorlang.runtime.make_callable`` (compiled kernels once
+  the backend provides them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InputError, TensorLangError, UnsupportedError, describe
+from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
+from .typecheck import check_program, type_of
+
+MODES = ("sparse", "naive")
+
+
+def _wrt_list(wrt):
+    single = not isinstance(wrt, (list, tuple))
+    xs = [wrt] if single else list(wrt)
+    if not xs:
+        raise TensorLangError("wrt is empty: name at least one input to differentiate with respect to")
+    for x in xs:
+        if not isinstance(x, Var) or x.uid != 0:
+            raise TensorLangError(f"wrt must list program inputs (tl.tensor / tl.scalar), got {describe(x) if isinstance(x, Expr) else repr(x)}")
+    if len({id(x) for x in xs}) != len(xs):
+        raise TensorLangError("wrt lists an input twice")
+    return xs, single
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise TensorLangError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def normalize_for_adjoint(expr: Expr) -> Expr:
+    """The four normal-form passes (tensor SSA), as the adjoint rules require."""
+    from .passes.ssa_form import is_tensor_ssa
+
+    try:
+        from .passes.pipeline import normalize
+    except ImportError:  # the normal-form stage is not installed
+        if is_tensor_ssa(expr, canonical=False):
+            return expr
+        raise UnsupportedError("tl.normalize is not available, and the program is not in tensor SSA form") from None
+    return normalize(expr)
+
+
+# --------------------------------------------------------------------------
+# Expressions
+
+
+def derivative(expr: Expr, wrt, *, simplify: bool = True) -> Expr:
+    """The total derivative of ``expr`` (any expression) as an expression.
+
+    Its inputs are those of ``expr`` plus one tangent per ``wrt`` input,
+    named ``"d" + name`` and of the input's type.
+    """
+    from .passes.simplify import simplify as simp
+    from .passes.total_derivative import tangent_inputs, total_derivative
+
+    check_program(expr)
+    xs, _ = _wrt_list(wrt)
+    sigma = tangent_inputs(expr, xs)
+    out = total_derivative(expr, sigma)
+    return simp(out) if simplify else out
+
+
+def _seed(expr: Expr, name: str) -> Var:
+    names = {v.name for v in input_vars(expr)}
+    if name in names:
+        raise TensorLangError(f"the cotangent name {name!r} is already an input of the program; pass cotangent=...")
+    return Var(name, 0, type_of(expr))
+
+
+def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", simplify: bool = True) -> Expr:
+    """The adjoint derivative of ``expr`` as an expression with one new input,
+    the output cotangent ``cotangent`` (of the output's type).
+
+    ``mode="sparse"``: the inner-product calculus of Figs. 14-16 followed by
+    simplification.  ``mode="naive"``: dense one-hot transposition, no
+    predicate propagation, no simplification (for comparison).
+    """
+    from .passes.adjoint import transpose
+    from .passes.naive_adjoint import naive_transpose
+    from .passes.simplify import simplify as simp
+
+    _check_mode(mode)
+    check_program(expr)
+    xs, _ = _wrt_list(wrt)
+    seed = _seed(expr, cotangent)
+    ssa = normalize_for_adjoint(expr)
+    if mode == "naive":
+        return naive_transpose(ssa, xs, seed)
+    out = transpose(ssa, xs, seed)
+    return simp(out) if simplify else out
+
+
+# --------------------------------------------------------------------------
+# Callables
+
+
+class _Program:
+    """A derived program run on the inputs of the original one.
+
+    Sizes are inferred from the original program's inputs (the derived one
+    may no longer mention the inputs that determine them) and inputs it does
+    not use are not passed on.
+    """
+
+    def __init__(self, source: Expr, prog: Expr, mode: str, extra=()):
+        from .runtime import make_callable
+
+        self.source = source
+        self.prog = prog
+        self.extra = {v.name: v for v in extra}
+        self.fn = make_callable(prog, mode=mode)
+        self.inputs = {v.name for v in input_vars(prog)}
+        self.sizes = {s.name for s in size_vars(prog)}
+        self.rels = {r.name for r in relations_of(prog)}
+
+    def __call__(self, kwargs: dict):
+        from .evaluator import prepare_inputs
+
+        src_kw = {k: v for k, v in kwargs.items() if k not in self.extra}
+        missing = [k for k in self.extra if k not in kwargs]
+        if missing:
+            raise InputError(f"missing input(s) {missing}")
+        _, sizes, _, _ = prepare_inputs(self.source, src_kw)
+        call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
+        call.update({k: v for k, v in sizes.items() if k in self.sizes})
+        return self.fn(**call)
+
+
+def _unpack(val, n: int):
+    if n == 1:
+        return val
+    out = []
+    for _ in range(n - 1):
+        a, val = val
+        out.append(a)
+    out.append(val)
+    return tuple(out)
+
+
+def _grad_program(loss: Expr, xs, mode: str) -> Expr:
+    from .passes.simplify import simplify as simp
+
+    if type_of(loss) is not REAL:
+        raise TensorLangError(
+            f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
+        )
+    names = {v.name for v in input_vars(loss)}
+    name = "dy"
+    while name in names:
+        name = "_" + name
+    adj = adjoint(loss, xs, cotangent=name, mode=mode)
+    seed = Var(name, 0, REAL)
+    # ∇l(x) = DT l(x, 1)  (RULES.md 5.1)
+    out = subst(adj, vals={seed: Const(1)})
+    return simp(out) if mode == "sparse" else out
+
+
+def grad(loss: Expr, wrt, *, mode: str = "sparse"):
+    """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``)."""
+    _check_mode(mode)
+    check_program(loss)
+    xs, single = _wrt_list(wrt)
+    prog = _Program(loss, _grad_program(loss, xs, mode), mode)
+
+    def g(**inputs):
+        return _unpack(prog(inputs), 1 if single else len(xs))
+
+    g.program = prog.prog
+    return g
+
+
+def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
+    """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``."""
+    _check_mode(mode)
+    check_program(loss)
+    xs, single = _wrt_list(wrt)
+    gprog = _Program(loss, _grad_program(loss, xs, mode), mode)
+    vprog = _Program(loss, loss, mode)
+
+    def vg(**inputs):
+        return vprog(inputs), _unpack(gprog(inputs), 1 if single else len(xs))
+
+    vg.program = gprog.prog
+    return vg
+
+
+def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
+    """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the output cotangent ``dy``."""
+    _check_mode(mode)
+    check_program(expr)
+    xs, single = _wrt_list(wrt)
+    seed = _seed(expr, cotangent)
+    prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
+
+    def f(**inputs):
+        return _unpack(prog(inputs), 1 if single else len(xs))
+
+    f.program = prog.prog
+    return f
+
+
+def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
+    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are named ``d<name>``."""
+    from .passes.total_derivative import tangent_inputs
+
+    _check_mode(mode)
+    check_program(expr)
+    xs, _ = _wrt_list(wrt)
+    tangents = list(tangent_inputs(expr, xs).values())
+    dprog = _Program(expr, derivative(expr, xs), mode, extra=tangents)
+    vprog = _Program(expr, expr, mode)
+
+    def f(**inputs):
+        return vprog({k: v for k, v in inputs.items() if k not in dprog.extra}), dprog(inputs)
+
+    f.program = dprog.prog
+    return f
+
+
+_ = np
