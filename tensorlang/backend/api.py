@@ -1,0 +1,190 @@
+"""``tl.compile``: programs -> cached, validated Numba kernels (paper Section 4.3).
+
+``compile(expr, mode="sparse", threads=None)`` returns a :class:`Kernel`;
+``kernel(**inputs)`` validates the inputs with the reference evaluator's
+``prepare_inputs`` (names, shapes, size inference, relation data) and runs
+the compiled code.  Values are float64 throughout: float32 and integer
+inputs are accepted and converted to float64 (as the evaluator does);
+exact (sympy/object) inputs are rejected with an InputError.
+
+Programs outside the backend's input grammar (see
+``tensorlang.backend.fusion``) are first flattened
+(``tensorlang.backend.flatten``) and, if still outside, passed through
+``tl.normalize`` (and the simplifier) when those exist; what still does
+not fit is an UnsupportedError, never a wrong answer.
+
+``threads``: None picks the parallel variant (``prange`` outer gen loops)
+when the kernel's outer gen domains hold at least ``PARALLEL_MIN`` points,
+else the serial one; 1 always runs serially; k > 1 runs the parallel
+variant on k threads.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import InputError, TensorLangError, UnsupportedError
+from ..ir import Expr
+from ..typecheck import check_program
+from . import cache as _cache
+
+PARALLEL_MIN = 1 << 15
+
+
+def _to_backend_form(expr: Expr) -> Expr:
+    from .flatten import flatten
+    from .fusion import split_program
+
+    first_error = None
+    candidates = [lambda: expr, lambda: flatten(expr)]
+    for stage in _normalizers():
+        candidates.append(lambda stage=stage: flatten(stage(expr)))
+    for make in candidates:
+        try:
+            prog = make()
+            split_program(prog)
+            return prog
+        except UnsupportedError as exc:
+            first_error = first_error or exc
+    raise first_error
+
+
+def _normalizers():
+    """tl.normalize (and then the simplifier), when they exist."""
+    out = []
+    try:
+        from ..passes.pipeline import normalize
+    except ImportError:
+        return out
+    out.append(normalize)
+    try:
+        from ..passes.simplify import simplify
+    except ImportError:
+        return out
+    out.append(lambda e: simplify(normalize(e)))
+    return out
+
+
+class Kernel:
+    """A compiled program.  ``kernel(**inputs)`` runs it; ``kernel.source`` is
+    the generated Python; ``kernel.loop_ir`` the loop IR (lowered on demand)."""
+
+    def __init__(self, expr: Expr, mode: str, threads, key: str, module, spec: dict, src: str, hit: bool):
+        self.expr = expr
+        self.mode = mode
+        self.threads = threads
+        self.key = key
+        self.module = module
+        self.spec = spec
+        self.source = src
+        self.cache_hit = hit
+        self._ir = None
+
+    @property
+    def loop_ir(self):
+        if self._ir is None:
+            from .lower import lower_program
+
+            self._ir, _ = lower_program(_to_backend_form(self.expr), self.mode)
+        return self._ir
+
+    def _variant(self, sizes: dict):
+        par = getattr(self.module, "kernel_parallel", None)
+        if par is None or self.threads == 1:
+            return self.module.kernel_serial, None
+        if self.threads is None:
+            work = 0
+            for dims in self.spec["work"]:
+                pts = 1
+                for terms, const in dims:
+                    pts *= max(0, const + sum(c * sizes[s] for s, c in terms))
+                work = max(work, pts)
+            if work < PARALLEL_MIN or (os.cpu_count() or 1) < 2:
+                return self.module.kernel_serial, None
+            return par, None
+        return par, int(self.threads)
+
+    def __call__(self, **inputs):
+        from ..evaluator import prepare_inputs
+
+        for k, v in inputs.items():
+            if isinstance(v, np.ndarray) and v.dtype == object:
+                raise InputError(f"input {k} is an object array; compiled kernels run in float64 (use tl.evaluate)")
+        env, sizes, relations, _ = prepare_inputs(self.expr, inputs, exact=False)
+        by_name = {v.name: val for v, val in env.items()}
+        args = [np.int64(sizes[s]) for s in self.spec["sizes"]]
+        for name, path, rank in self.spec["inputs"]:
+            val = by_name[name]
+            for k in path:
+                val = val[k]
+            args.append(np.ascontiguousarray(val, dtype=np.float64) if rank else float(val))
+        rels = {r.name: d for r, d in relations.items()}
+        for name, ptrs, cols in self.spec["relations"]:
+            args += _relation_arrays(rels[name], ptrs, cols)
+        fn, threads = self._variant(sizes)
+        if threads is not None:
+            import numba
+
+            old = numba.get_num_threads()
+            numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+            try:
+                res = fn(*args)
+            finally:
+                numba.set_num_threads(old)
+        else:
+            res = fn(*args)
+        return _rebuild(self.spec["outputs"], res)
+
+
+def _relation_arrays(dense: np.ndarray, ptrs, cols):
+    coords = np.argwhere(dense).astype(np.int64)  # lexicographically sorted
+    ext = dense.shape
+    out = []
+    for L in ptrs:
+        if L == 0:
+            out.append(np.array([0, len(coords)], dtype=np.int64))
+            continue
+        nrows = int(np.prod(ext[:L]))
+        flat = np.ravel_multi_index(tuple(coords[:, :L].T), ext[:L]) if len(coords) else np.zeros(0, np.int64)
+        counts = np.bincount(flat, minlength=nrows)
+        out.append(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    for k in cols:
+        out.append(np.ascontiguousarray(coords[:, k]))
+    return out
+
+
+def _rebuild(spec, res):
+    if spec[0] == "pair":
+        return (_rebuild(spec[1], res), _rebuild(spec[2], res))
+    v = res[spec[1]]
+    if isinstance(v, np.ndarray):
+        return v
+    return float(v)
+
+
+def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: A001 - the public name
+    """Compile ``expr`` to a kernel (see module doc)."""
+    if mode not in ("sparse", "naive"):
+        raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise TensorLangError(f"threads must be None or a positive int, got {threads!r}")
+    if not isinstance(expr, Expr):
+        raise TensorLangError(f"tl.compile needs a tensorlang expression, got {type(expr).__name__}")
+    check_program(expr)
+    key = _cache.program_key(expr, mode)
+    got = _cache.load(key)
+    if got is not None:
+        mod, spec, src = got
+        return Kernel(expr, mode, threads, key, mod, spec, src, True)
+    from .codegen import source
+    from .lower import lower_program
+
+    prog = _to_backend_form(expr)
+    ir, spec = lower_program(prog, mode)
+    src = source(ir)
+    mod = _cache.store(key, src, spec)
+    k = Kernel(expr, mode, threads, key, mod, spec, src, False)
+    k._ir = ir
+    return k

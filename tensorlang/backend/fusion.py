@@ -1,0 +1,295 @@
+"""Program preparation and fusion for the backend (paper Sections 4.3, 5.4).
+
+Input: a let-block ``let X1 = R1 in ... in OUT`` whose right-hand sides are
+``gen[i0:n0] ... gen[ik:nk] s`` with ``s`` a scalar expression (constants,
+``+``, ``*``, black-box calls, sums, Iverson brackets, accesses of variables
+or projection chains of inputs), or aliases (a variable or projection chain).
+Tensor SSA (Fig. 10) is a special case.
+
+Fusion: tensor SSA names every gather, broadcast and product as a tensor;
+materialising them would cost memory the user never asked for (an n x m
+buffer for an n-output convolution).  A binding ``X = gen[g] s`` is
+substituted into its consumers (``X[a] -> s[g := a]``) when that cannot add
+work to the cost model's count (Fig. 6):
+
+* ``s`` does no arithmetic (a gather, broadcast or constant: cost 0), or
+* ``X`` has exactly one use, and isl proves the use's index map injective
+  on the consumer's iteration domain (every element of ``X`` is computed at
+  most once after substitution, as before).
+
+Dead bindings are dropped.
+"""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedError, describe
+from ..ir import (
+    Access,
+    Add,
+    Call,
+    Const,
+    Exists,
+    Expr,
+    Gen,
+    Iverson,
+    Let,
+    Mul,
+    Pair,
+    Proj,
+    RealT,
+    Sum,
+    Var,
+    accesses,
+    fresh_var,
+    free_vars,
+    gens,
+    lets,
+    meta,
+    subst,
+)
+from ..typecheck import type_of
+from .domains import Scope, box_cons, injective
+
+
+def is_alias(rhs: Expr) -> bool:
+    while isinstance(rhs, Proj):
+        rhs = rhs.arg
+    return isinstance(rhs, Var)
+
+
+def scalar_ok(e: Expr) -> bool:
+    """Signature: scalar_ok : Expr -> bool (the backend's scalar grammar)."""
+    m = meta(e)
+    ok = m.get("backend_ok")
+    if ok is None:
+        match e:
+            case Const():
+                ok = True
+            case Var() | Proj():
+                ok = is_alias(e) and isinstance(type_of(e), RealT)
+            case Add(lhs=a, rhs=b) | Mul(lhs=a, rhs=b):
+                ok = scalar_ok(a) and scalar_ok(b)
+            case Call(args=args):
+                ok = all(scalar_ok(a) for a in args)
+            case Sum(body=b) | Iverson(body=b):
+                ok = isinstance(type_of(e), RealT) and scalar_ok(b)
+            case Access():
+                base, _ = accesses(e)
+                ok = is_alias(base) and isinstance(type_of(e), RealT)
+            case Let(var=v, value=e0, body=e1):
+                ok = isinstance(v.type, RealT) and scalar_ok(e0) and scalar_ok(e1)
+            case Gen() | Pair():
+                ok = False
+            case _:
+                raise UnsupportedError(f"not a value expression: {e!r}")
+        m["backend_ok"] = ok
+    return ok
+
+
+def rhs_ok(rhs: Expr) -> bool:
+    if is_alias(rhs):
+        return True
+    _, body = gens(rhs)
+    return isinstance(type_of(body), RealT) and scalar_ok(body)
+
+
+def split_program(expr: Expr):
+    """``expr`` -> (bindings, output) with every output leaf a variable or alias.
+
+    Raises UnsupportedError naming the first right-hand side outside the
+    backend's grammar.
+    """
+    binds, out = lets(expr)
+    binds = list(binds)
+
+    def name_out(e):
+        if isinstance(e, Pair):
+            return Pair(name_out(e.fst), name_out(e.snd))
+        if isinstance(e, Var):
+            return e
+        v = fresh_var("out", type_of(e))
+        binds.append((v, e))
+        return v
+
+    out = name_out(out)
+    for _, rhs in binds:
+        if not rhs_ok(rhs):
+            raise UnsupportedError(
+                f"the backend cannot lower {describe(rhs)}: expected gen[...] of a scalar expression "
+                "(constants, +, *, functions, sums, brackets, accesses)"
+            )
+    return binds, out
+
+
+def out_vars(out) -> list:
+    if isinstance(out, Pair):
+        return out_vars(out.fst) + out_vars(out.snd)
+    return [out]
+
+
+def resolve_aliases(binds, out):
+    """Substitute alias bindings (``X = Y``, ``X = π0 x``) into their uses."""
+    res = []
+    amap = {}
+    for v, rhs in binds:
+        rhs = subst(rhs, vals=amap) if amap else rhs
+        if is_alias(rhs):
+            amap[v] = rhs
+        else:
+            res.append((v, rhs))
+    out = subst(out, vals=amap) if amap else out
+    return res, out
+
+
+# -- fusion --------------------------------------------------------------------
+
+
+def zero_cost(e: Expr) -> bool:
+    """No arithmetic: only constants, accesses, variables and brackets (Fig. 6 cost 0)."""
+    match e:
+        case Const() | Var() | Proj() | Access():
+            return True
+        case Iverson(body=b):
+            return zero_cost(b)
+        case Gen(body=b):
+            return zero_cost(b)
+        case _:
+            return False
+
+
+class _Uses:
+    def __init__(self):
+        self.sites = []  # (index tuple, binder list, predicate list)
+        self.other = False  # a use that is not a full access
+
+
+def _collect(e: Expr, x: Var, rank: int, binders: list, preds: list, acc: _Uses) -> None:
+    """Every occurrence of ``x`` in the tree ``e`` (occurrences, not DAG nodes)."""
+    if x not in free_vars(e):
+        return
+    match e:
+        case Var():
+            acc.other = True
+        case Access():
+            base, idx = accesses(e)
+            if base is x and len(idx) == rank:
+                acc.sites.append((idx, list(binders), list(preds)))
+            else:
+                acc.other = True
+        case Gen(var=i, extent=n, body=b) | Sum(var=i, extent=n, body=b):
+            _collect(b, x, rank, binders + [(i, n)], preds, acc)
+        case Iverson(pred=p, body=b):
+            _collect(b, x, rank, binders, preds + [p], acc)
+        case Add(lhs=a, rhs=b) | Mul(lhs=a, rhs=b):
+            _collect(a, x, rank, binders, preds, acc)
+            _collect(b, x, rank, binders, preds, acc)
+        case Call(args=args):
+            for a in args:
+                _collect(a, x, rank, binders, preds, acc)
+        case Proj(arg=a):
+            _collect(a, x, rank, binders, preds, acc)
+        case Let(value=e0, body=e1):
+            _collect(e0, x, rank, binders, preds, acc)
+            _collect(e1, x, rank, binders, preds, acc)
+        case _:
+            acc.other = True
+
+
+def _replace(e: Expr, x: Var, g: list, body: Expr, memo: dict) -> Expr:
+    """``e`` with each full access ``x[a...]`` replaced by ``body[g := a]``."""
+    if x not in free_vars(e):
+        return e
+    got = memo.get(e)
+    if got is not None:
+        return got
+    match e:
+        case Access():
+            base, idx = accesses(e)
+            if base is not x or len(idx) != len(g):
+                raise UnsupportedError(f"cannot fuse a partial use {describe(e)}")
+            out = subst(body, idx={i: a for i, a in zip(g, idx)})
+        case Var():
+            out = body if not g else None
+            if out is None:
+                raise UnsupportedError(f"cannot fuse the tensor use {describe(e)}")
+        case Gen(var=i, extent=n, body=b):
+            out = Gen(i, n, _replace(b, x, g, body, memo))
+        case Sum(var=i, extent=n, body=b):
+            out = Sum(i, n, _replace(b, x, g, body, memo))
+        case Iverson(pred=p, body=b):
+            out = Iverson(p, _replace(b, x, g, body, memo))
+        case Add(lhs=a, rhs=b):
+            out = Add(_replace(a, x, g, body, memo), _replace(b, x, g, body, memo))
+        case Mul(lhs=a, rhs=b):
+            out = Mul(_replace(a, x, g, body, memo), _replace(b, x, g, body, memo))
+        case Call(fn=f, args=args):
+            out = Call(f, tuple(_replace(a, x, g, body, memo) for a in args))
+        case Let(var=v, value=e0, body=e1):
+            out = Let(v, _replace(e0, x, g, body, memo), _replace(e1, x, g, body, memo))
+        case _:
+            raise UnsupportedError(f"cannot fuse into {describe(e)}")
+    memo[e] = out
+    return out
+
+
+def _site_scope(site, base: Scope):
+    _, binders, preds = site
+    names = [f"f{k}" for k in range(len(binders))]
+    syms = {i: nm for (i, _), nm in zip(binders, names)}
+    sc = base.child(syms)
+    cons = box_cons(names, [n for _, n in binders], sc) + [sc.pred(p) for p in preds]
+    return sc, names, cons
+
+
+def _injective_site(site, base: Scope) -> bool:
+    try:
+        sc, names, cons = _site_scope(site, base)
+        return injective(sc, names, cons, [sc.aff(a) for a in site[0]])
+    except UnsupportedError:
+        return False
+
+
+def _in_bounds_site(site, extents, base: Scope) -> bool:
+    """Fusing an out-of-range use would hide the error the lowering must report."""
+    try:
+        sc, names, cons = _site_scope(site, base)
+        inner = sc.child(params=names, cons=cons)
+        return all(inner.holds(f"0 <= {inner.aff(a)} < {inner.aff(n)}") for a, n in zip(site[0], extents))
+    except UnsupportedError:
+        return False
+
+
+def fuse(binds, outs, base: Scope):
+    """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc)."""
+    binds = list(binds)
+    keep = set(outs)
+    changed = True
+    while changed:
+        changed = False
+        for k, (x, rhs) in enumerate(binds):
+            if x in keep:
+                continue
+            g, body = gens(rhs)
+            acc = _Uses()
+            for _, later in binds[k + 1:]:
+                _collect(later, x, len(g), [], [], acc)
+            if not acc.sites and not acc.other:
+                del binds[k]  # dead
+                changed = True
+                break
+            if acc.other or not all(_in_bounds_site(s, [n for _, n in g], base) for s in acc.sites):
+                continue
+            ok = zero_cost(body) or (
+                len(acc.sites) == 1 and (g or False) and _injective_site(acc.sites[0], base)
+            )
+            if not ok:
+                continue
+            gv = [i for i, _ in g]
+            memo: dict = {}
+            binds = binds[:k] + [(y, _replace(r, x, gv, body, memo)) for y, r in binds[k + 1:]]
+            changed = True
+            break
+    return binds
+
+
+__all__ = ["split_program", "resolve_aliases", "fuse", "out_vars", "rhs_ok", "zero_cost", "Exists"]

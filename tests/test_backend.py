@@ -1,0 +1,360 @@
+"""Backend (issue 6): compiled kernels against NumPy and the reference
+evaluator on hand programs, and loop-IR inspection (narrowed loops, fusion,
+bounds proofs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.backend.loopir import Alloc, Loop, loop_depth, loops, walk_stmts
+from tensorlang.ir import (
+    REAL,
+    Access,
+    Const,
+    Gen,
+    Iverson,
+    Let,
+    Mul,
+    Sum,
+    fresh_index,
+    fresh_var,
+    sym_aff,
+    tensor_type,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TENSORLANG_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
+    yield
+    mp.undo()
+
+
+n, m = tl.sizes("n m")
+x = tl.tensor("x", n)
+v = tl.tensor("v", n)
+A = tl.tensor("A", n, n)
+s = tl.scalar("s")
+R = tl.relation("R", n, n)
+N = 9
+rng = np.random.default_rng(1)
+X = rng.standard_normal(N)
+V = rng.standard_normal(N)
+AA = rng.standard_normal((N, N))
+RR = rng.random((N, N)) < 0.3
+
+
+def run(e, mode="sparse", **inputs):
+    k = tl.compile(e, mode=mode, threads=1)
+    return k, k(**inputs)
+
+
+# -- values against NumPy -------------------------------------------------------------
+
+
+def test_convolution_matches_numpy():
+    nn, mm = tl.sizes("nn mm")
+    xs = tl.tensor("xs", nn + mm - 1)
+    c = tl.tensor("c", mm)
+    y = tl.gen(nn, lambda i: tl.sum(mm, lambda j: xs[i - j + mm - 1] * c[j]))
+    xv, cv = rng.standard_normal(20), rng.standard_normal(5)
+    _, out = run(y, xs=xv, c=cv)
+    np.testing.assert_allclose(out, np.convolve(xv, cv, mode="valid"), rtol=1e-12, atol=1e-12)
+
+
+def test_matvec_transpose_triangular_against_numpy():
+    lower_mv = tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(j <= i, A[i, j] * x[j])))
+    _, out = run(lower_mv, A=AA, x=X)
+    np.testing.assert_allclose(out, np.tril(AA) @ X, rtol=1e-12)
+    tr = tl.gen(n, lambda i: tl.gen(n, lambda j: A[j, i]))
+    _, out = run(tr, A=AA)
+    np.testing.assert_array_equal(out, AA.T)
+
+
+def test_spmv_relation_against_numpy():
+    spmv = tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(R(i, j), A[i, j] * v[j])))
+    for mode in ("sparse", "naive"):
+        _, out = run(spmv, mode, A=AA, v=V, R=RR)
+        np.testing.assert_allclose(out, (AA * RR) @ V, rtol=1e-12)
+    # coordinate rows are accepted as relation data too
+    coords = np.argwhere(RR)
+    _, out = run(spmv, A=AA, v=V, R=coords)
+    np.testing.assert_allclose(out, (AA * RR) @ V, rtol=1e-12)
+
+
+def test_functions_against_numpy():
+    e = tl.gen(n, lambda i: tl.exp(x[i]) * tl.sin(x[i]) + tl.tanh(x[i]) / (1 + x[i] * x[i]) + x[i] ** 3)
+    _, out = run(e, x=X)
+    ref = np.exp(X) * np.sin(X) + np.tanh(X) / (1 + X * X) + X**3
+    np.testing.assert_allclose(out, ref, rtol=1e-13)
+
+
+# -- values against the reference evaluator ----------------------------------------------
+
+CASES = {
+    "diag": (tl.gen(n, lambda i: tl.gen(n, lambda j: tl.iverson(i == j, s))), dict(n=N, s=1.5)),
+    "single_point": (tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(j == i, x[j]))), dict(x=X)),
+    "triangular": (tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(j <= i, x[j]))), dict(x=X)),
+    "empty_sum": (tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(j < 0, x[j]))), dict(x=X)),
+    "empty_gen": (tl.gen(n, lambda i: tl.iverson(i < 0, x[i])), dict(x=X)),
+    "strided": (tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(2 * j == i, x[j]))), dict(x=X)),
+    "guarded_shift": (tl.gen(n, lambda i: tl.iverson(i >= 1, x[i - 1]) + x[i]), dict(x=X)),
+    "relation_sum": (tl.sum(n, lambda i: tl.sum(n, lambda j: tl.iverson(R(i, j), A[i, j]))), dict(A=AA, R=RR)),
+    "relation_or": (
+        tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(R(i, j) | (i == j), A[i, j]))),
+        dict(A=AA, R=RR),
+    ),
+    "relation_transposed": (
+        tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(R(j, i) & (j < i), A[j, i]))),
+        dict(A=AA, R=RR),
+    ),
+    "exists_affine": (tl.gen(n, lambda i: tl.iverson(tl.exists(n, lambda k: 2 * k == i), x[i])), dict(x=X)),
+    "exists_relation": (tl.gen(n, lambda i: tl.iverson(tl.exists(n, lambda k: R(i, k)), x[i])), dict(x=X, R=RR)),
+    "mask": (tl.gen(n, lambda i: tl.gen(n, lambda j: tl.iverson(R(i, j), A[i, j]))), dict(A=AA, R=RR)),
+    "pair_out": (tl.pair(tl.sum(n, lambda i: x[i]), tl.gen(n, lambda i: 2 * x[i])), dict(x=X)),
+    "scalar_lets": (
+        tl.let(tl.sum(n, lambda i: x[i] * x[i]), lambda q: tl.gen(n, lambda i: x[i] / q)),
+        dict(x=X),
+    ),
+    "loss_square": (tl.sum(n, lambda i: (x[i] - v[i]) ** 2), dict(x=X, v=V)),
+}
+
+
+@pytest.mark.parametrize("mode", ["sparse", "naive"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_equals_evaluator(name, mode):
+    e, inputs = CASES[name]
+    _, out = run(e, mode, **inputs)
+    ref = tl.evaluate(e, **inputs)
+    if isinstance(ref, tuple):
+        for a, b in zip(out, ref):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    else:
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_pair_inputs_struct_of_arrays():
+    t = tl.pair_type(tl.tensor_of([n]), tl.tensor_of([n]))
+    p = tl.var("p", t)
+    e = tl.gen(n, lambda i: tl.proj(p, 0)[i] * tl.proj(p, 1)[i])
+    _, out = run(e, p=(X, V))
+    np.testing.assert_allclose(out, X * V, rtol=1e-14)
+
+
+# -- loop IR: narrowed loops --------------------------------------------------------------
+
+
+def _loops_of(e, mode="sparse"):
+    return tl.compile(e, mode=mode, threads=1).loop_ir
+
+
+def test_trace_eye_adjoint_has_no_nested_loop():
+    # trace(A) = sum[i] A[i][i]; its adjoint at dy is gen[i] gen[j] [i = j]·dy
+    dy = tl.scalar("dy")
+    adj = tl.gen(n, lambda i: tl.gen(n, lambda j: tl.iverson(i == j, dy)))
+    ir = _loops_of(adj)
+    assert loop_depth(ir.body) == 1
+    assert loop_depth(_loops_of(adj, "naive").body) == 2  # the naive baseline tests inside
+    _, out = run(adj, n=N, dy=2.0)
+    np.testing.assert_array_equal(out, 2.0 * np.eye(N))
+
+
+def test_single_point_sum_is_no_loop_and_empty_is_no_code():
+    ir = _loops_of(CASES["single_point"][0])
+    assert loop_depth(ir.body) == 1
+    ir = _loops_of(CASES["empty_gen"][0])
+    assert loops(ir.body) == []
+    assert [a.zero for a in ir.allocs] == [True]  # nothing written: zeros
+
+
+def _eval_bound(code, env):
+    return eval(code, {"max": max, "min": min}, dict(env))
+
+
+def test_triangular_loops():
+    ir = _loops_of(CASES["triangular"][0])
+    outer = [lp for lp in loops(ir.body) if lp.kind == "gen"][0]
+    inner = [lp for lp in loops(ir.body) if lp.kind == "sum"][0]
+    for i in range(5):
+        env = {outer.var: i, "sz_n": 5}
+        assert (_eval_bound(inner.lo, env), _eval_bound(inner.hi, env)) == (0, i + 1)
+
+
+def _deconvolution_gradient():
+    """The adjoint of the deconvolution loss w.r.t. x, written as the paper's
+    Section 2.1 gives it (with the Note's range predicate kept):
+    dy = gen[i:n] 2·(sum[j:m] x[i-j+m-1]·c[j] - z[i]);
+    dx = gen[k:n+m-1] sum[j:m] [0 <= k-(m-1)+j < n]·dy[k-(m-1)+j]·c[j]."""
+    nn, mm = tl.sizes("n m")
+    xs = tl.tensor("x", nn + mm - 1)
+    c = tl.tensor("c", mm)
+    z = tl.tensor("z", nn)
+    dy_val = tl.gen(nn, lambda i: 2 * (tl.sum(mm, lambda j: xs[i - j + mm - 1] * c[j]) - z[i]))
+    return tl.let(
+        dy_val,
+        lambda dy: tl.gen(
+            nn + mm - 1,
+            lambda k: tl.sum(mm, lambda j: tl.iverson((0 <= k - (mm - 1) + j) & (k - (mm - 1) + j < nn), dy[k - (mm - 1) + j] * c[j])),
+        ),
+    )
+
+
+def _numpy_deconvolution_gradient(xv, cv, zv):
+    y = np.convolve(xv, cv, mode="valid")
+    dy = 2 * (y - zv)
+    return np.correlate(dy, cv, mode="full")
+
+
+def test_deconvolution_gradient_values_bounds_and_temporaries():
+    g = _deconvolution_gradient()
+    xv, cv, zv = rng.standard_normal(20), rng.standard_normal(5), rng.standard_normal(16)
+    k = tl.compile(g, threads=1)
+    np.testing.assert_allclose(k(x=xv, c=cv, z=zv), _numpy_deconvolution_gradient(xv, cv, zv), rtol=1e-12, atol=1e-12)
+    ir = k.loop_ir
+    # temporaries: dy (n) only; the output dx (n+m-1); no n x m buffer
+    temps = [(a.binding, a.shape) for a in ir.allocs if a.role == "temporary"]
+    outs = [a for a in ir.allocs if a.role == "output"]
+    assert len(temps) == 1 and len(temps[0][1]) == 1 and len(outs) == 1 and len(outs[0].shape) == 1
+    assert all(len(a.shape) == 1 for a in ir.allocs)
+    # the correlation's loops: j in [max(0, m-1-k), min(m, n+m-1-k))
+    corr = [lp for lp in loops(ir.body) if lp.kind == "sum" and "t_out" not in lp.var]
+    outer_gen = [lp for lp in loops(ir.body) if lp.kind == "gen"][-1]
+    inner = [lp for lp in loops(outer_gen.body) if lp.kind == "sum"]
+    assert len(inner) == 1 and corr
+    for nn, mm in [(7, 3), (4, 4), (10, 1)]:
+        for kk in range(nn + mm - 1):
+            env = {outer_gen.var: kk, "sz_n": nn, "sz_m": mm}
+            got = (_eval_bound(inner[0].lo, env), _eval_bound(inner[0].hi, env))
+            want = (max(0, mm - 1 - kk), min(mm, nn + mm - 1 - kk))
+            assert got == want
+
+
+def test_ssa_convolution_is_fused_no_n_by_m_buffer():
+    """Tensor SSA names the gather, the broadcast and the product as n x m
+    tensors; the kernel allocates only the output."""
+    nn, mm = tl.sizes("n m")
+    xs = tl.tensor("x", nn + mm - 1)
+    c = tl.tensor("c", mm)
+    i, j = fresh_index("i"), fresh_index("j")
+    ai, aj = sym_aff(i), sym_aff(j)
+    t2 = tensor_type([nn, mm])
+    X1, X2, X3 = fresh_var("X1", t2), fresh_var("X2", t2), fresh_var("X3", t2)
+    Y = fresh_var("Y", tensor_type([nn]))
+    prog = Let(
+        X1,
+        Gen(i, nn, Gen(j, mm, Access(xs, ai - aj + mm - 1))),
+        Let(
+            X2,
+            Gen(i, nn, Gen(j, mm, Access(c, aj))),
+            Let(
+                X3,
+                Gen(i, nn, Gen(j, mm, Mul(Access(Access(X1, ai), aj), Access(Access(X2, ai), aj)))),
+                Let(Y, Gen(i, nn, Sum(j, mm, Access(Access(X3, ai), aj))), Y),
+            ),
+        ),
+    )
+    k = tl.compile(prog, threads=1)
+    assert [(a.role, len(a.shape)) for a in k.loop_ir.allocs] == [("output", 1)]
+    xv, cv = rng.standard_normal(12), rng.standard_normal(4)
+    np.testing.assert_allclose(k(x=xv, c=cv), np.convolve(xv, cv, mode="valid"), rtol=1e-12)
+
+
+def test_shared_intermediate_is_not_fused_when_that_duplicates_work():
+    # w[i] = exp(x[i]) is read at i and i-1: fusing would compute it twice
+    e = tl.let(tl.gen(n, lambda i: tl.exp(x[i])), lambda w: tl.gen(n, lambda i: w[i] + tl.iverson(i >= 1, w[i - 1])))
+    k = tl.compile(e, threads=1)
+    assert [a.role for a in k.loop_ir.allocs] == ["temporary", "output"]
+    ew = np.exp(X)
+    np.testing.assert_allclose(k(x=X), ew + np.concatenate([[0.0], ew[:-1]]), rtol=1e-14)
+
+
+# -- bounds proofs, errors -------------------------------------------------------------
+
+
+def test_unprovable_access_is_rejected_naming_it():
+    bad = tl.gen(n, lambda i: x[i + 1])
+    with pytest.raises(tl.TensorLangError, match=r"x\[i \+ 1\]"):
+        tl.compile(bad)
+    with pytest.raises(tl.TensorLangError, match="in bounds"):
+        tl.compile(tl.gen(n, lambda i: tl.sum(m, lambda j: x[j])))
+
+
+def test_guarded_access_is_proven():
+    ok = tl.gen(n, lambda i: tl.iverson(i + 1 < n, x[i + 1]))
+    _, out = run(ok, x=X)
+    np.testing.assert_array_equal(out, np.concatenate([X[1:], [0.0]]))
+
+
+def test_inputs_validated_and_converted():
+    e = tl.gen(n, lambda i: 2 * x[i])
+    k = tl.compile(e, threads=1)
+    out = k(x=X.astype(np.float32))
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, 2 * X.astype(np.float32).astype(np.float64))
+    with pytest.raises(tl.InputError):
+        k()
+    with pytest.raises(tl.InputError):
+        k(x=X, y=X)
+    with pytest.raises(tl.InputError):
+        k(x=np.ones((2, 2)))
+
+
+def test_unsupported_function_is_an_unsupported_error():
+    from tensorlang.backend.lower import Lowerer  # noqa: F401  (module imports)
+    from tensorlang.ir import Call
+
+    e = tl.gen(n, lambda i: x[i])
+    weird = Gen(i := fresh_index("i"), n, Call("nosuchfn", (Access(x, sym_aff(i)),)))
+    with pytest.raises(tl.TensorLangError):
+        tl.compile(weird)
+    assert tl.compile(e, threads=1).source.count("def kernel_serial") == 1
+
+
+def test_threads_setting_parallel_variant_agrees():
+    e = tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(j <= i, A[i, j] * x[j])))
+    k1 = tl.compile(e, threads=1)
+    k2 = tl.compile(e, threads=2)
+    assert "prange" in k2.source and "parallel=True" in k2.source
+    np.testing.assert_array_equal(k1(A=AA, x=X), k2(A=AA, x=X))
+    assert any(lp.parallel for lp in loops(k1.loop_ir.body))
+    with pytest.raises(tl.TensorLangError):
+        tl.compile(e, threads=0)
+    with pytest.raises(tl.TensorLangError):
+        tl.compile(e, mode="fast")
+
+
+def test_gather_only_every_store_writes_its_own_gen_point():
+    """No kernel writes a location computed by another iteration: every Store
+    indexes exactly the gen block's own dimensions."""
+    for e, _ in CASES.values():
+        ir = _loops_of(e)
+        for st in walk_stmts(ir.body):
+            if hasattr(st, "array") and hasattr(st, "index"):
+                assert len(set(st.index)) == len(st.index)
+                assert all(isinstance(ix, str) and ix.isidentifier() for ix in st.index)
+
+
+def test_source_is_python_with_njit():
+    k = tl.compile(CASES["triangular"][0], threads=1)
+    assert "numba.njit" in k.source and "fastmath" not in k.source
+    compile(k.source, "<kernel>", "exec")
+    assert isinstance(k.loop_ir.allocs[0], Alloc) and isinstance(loops(k.loop_ir.body)[0], Loop)
+
+
+def test_runtime_make_callable_uses_compiled_kernels():
+    from tensorlang.runtime import make_callable
+
+    f = make_callable(CASES["triangular"][0])
+    np.testing.assert_allclose(f(x=X), np.cumsum(X), rtol=1e-13)
+    assert f.compiled and "kernel_serial" in f.source
+
+
+def test_const_iverson_constructs():
+    i = fresh_index("i")
+    e = Gen(i, n, Iverson(sym_aff(i) < 3, Const(2.5)))
+    _, out = run(e, n=6)
+    np.testing.assert_array_equal(out, [2.5, 2.5, 2.5, 0, 0, 0])
+    assert REAL is not None
