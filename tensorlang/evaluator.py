@@ -143,20 +143,28 @@ class Evaluator:
     """One evaluation: inputs, sizes, relations and the memo of closed terms."""
 
     def __init__(self, program: Expr, env: dict, sizes: dict, relations: dict, dom: Domain):
+        from .sharing import shared_terms
+
         self.program = program
         self.env = env
         self.sizes = sizes
         self.relations = relations
         self.dom = dom
         self.memo: dict = {}
+        # DAG-shared terms that do work: computed once per index point
+        self.shared = frozenset(shared_terms(program))
 
     # -- expressions (Fig. 4) ----------------------------------------------------
     def ev(self, e: Expr, env: dict):
+        """Evaluate with memoization: a closed term once per evaluation (an
+        intermediate tensor indexed in a loop is built once), a DAG-shared
+        term once per setting of its free indices (the user computed it once)."""
         memo_key = None
-        if not free_indices(e) and not isinstance(e, (Var, Const)):
+        fi = free_indices(e)
+        if (not fi and not isinstance(e, (Var, Const))) or e in self.shared:
             lv = [v for v in free_vars(e) if v.uid != 0]
             vals = tuple(env[v] for v in lv)
-            memo_key = (e, tuple(id(v) for v in vals))
+            memo_key = (e, tuple(id(v) for v in vals), tuple(env[i] for i in fi))
             hit = self.memo.get(memo_key)
             if hit is not None:
                 return hit[0]
