@@ -26,6 +26,10 @@ Each term is then counted: with isl (``isl_bridge``) at fixed sizes, by
 enumerating the index domain with NumPy when a relation (data) occurs, or
 symbolically (barvinok ``card``) in ``cost_symbolic``.
 
+Figure 17 (``type_cost``, ``inner_product_cost``, ``io_cost``,
+``extended_cost``) is in ``cost_fig17`` and the symbolic counts in
+``cost_symbolic``; both are reachable as attributes of this module.
+
 Sharing: every entry point first applies
 :func:`tensorlang.sharing.explicit_sharing`, so a DAG-shared sub-term the user
 computed once is costed once (as the ``let`` it denotes).
@@ -34,9 +38,7 @@ computed once is costed once (as the ``let`` it denotes).
 from __future__ import annotations
 
 from collections import defaultdict
-from functools import lru_cache
 
-import islpy as isl
 import numpy as np
 
 from . import isl_bridge as ib
@@ -60,15 +62,11 @@ from .ir import (
     Mul,
     Or,
     Pair,
-    PairT,
     Pred,
     Proj,
-    RealT,
     Rel,
     SizeVar,
     Sum,
-    TensorT,
-    Type,
     Var,
     conj,
     free_indices,
@@ -76,13 +74,12 @@ from .ir import (
     input_vars,
     meta,
     relations_of,
-    size_vars,
     subst,
     sym_aff,
     walk,
 )
 from .sharing import explicit_sharing
-from .typecheck import check_program, type_of
+from .typecheck import check_program
 
 ADD = "add"
 MUL = "mul"
@@ -236,17 +233,6 @@ def has_relation(p: Pred) -> bool:
     return r
 
 
-@lru_cache(maxsize=65536)
-def _count_text(text: str, values: tuple) -> int:
-    s = ib._parse_set(text)
-    for k, v in enumerate(values):
-        s = s.fix_val(isl.dim_type.param, k, v)
-    total = 0
-    for _, qp in s.card().get_pieces():
-        total += int(qp.get_constant_val().to_python())
-    return total
-
-
 def count_affine(binders, pred: Pred, sizes: dict) -> int:
     """``#{binders : pred}`` at concrete sizes, with isl (affine predicates)."""
     text, names = ib.domain_text(binders, pred, sizes_positive=False)
@@ -254,7 +240,7 @@ def count_affine(binders, pred: Pred, sizes: dict) -> int:
         values = tuple(sizes[p.name] for p in names.params)
     except KeyError as exc:
         raise InputError(f"cost: no value for the size {exc.args[0]}; pass it as a keyword") from None
-    return _count_text(text, values)
+    return ib.count_text_at(text, values)
 
 
 ENUM_LIMIT = 50_000_000
@@ -461,116 +447,19 @@ def cost(expr: Expr, **sizes_and_relations) -> int:
     return b["adds"] + b["mults"] + sum(b["calls"].values())
 
 
-# --------------------------------------------------------------------------
-# Figure 17: sizes of types, inner products, input-output cost
-
-
-def _extent_value(a, sizes: dict) -> int:
-    try:
-        return a.evaluate(sizes)
-    except TensorLangError:
-        missing = sorted(s.name for s in a.size_vars() if s.name not in sizes)
-        raise InputError(f"no value for the size(s) {missing}; pass them as keywords") from None
-
-
-def type_cost(T: Type, **sizes):
-    """``$(T)`` of rule 6.53: ``$(ℝ) = 1``, ``$(T0 × T1) = $(T0) + $(T1)``,
-    ``$([n]T) = n · $(T)``.  An int at the given sizes; a sympy expression in
-    the size symbols when no sizes are given."""
-    if not sizes:
-        from .cost_symbolic import symbolic_type_cost
-
-        return symbolic_type_cost(T)
-    return type_cost_at(T, sizes)
-
-
-def type_cost_at(T: Type, sizes: dict) -> int:
-    """Signature: type_cost_at : Type × (name -> int) -> int (rule 6.53's ``$(T)``)."""
-    match T:
-        case RealT():
-            return 1
-        case PairT(fst=a, snd=b):
-            return type_cost_at(a, sizes) + type_cost_at(b, sizes)
-        case TensorT(extent=n, elem=el):
-            return _extent_value(n, sizes) * type_cost_at(el, sizes)
-        case _:
-            raise TensorLangError(f"not a type: {T!r}")
-
-
-def shape_binders(T: Type, indices) -> tuple:
-    """``((i0, n0), ..., (ik, nk))`` for ``T = [n0]...[nk]ℝ`` and the given indices."""
-    binders = []
-    t = T
-    for i in indices:
-        if not isinstance(t, TensorT):
-            raise TensorLangError(f"inner product predicate: {len(indices)} indices for type {T}")
-        binders.append((i, t.extent))
-        t = t.elem
-    if not isinstance(t, RealT):
-        raise UnsupportedError(
-            f"a predicated inner product needs one index per dimension of a tensor of reals, got {T} "
-            f"with {len(binders)} indices"
-        )
-    return tuple(binders)
-
-
-def ip_type(e0: Expr, e1: Expr) -> Type:
-    t0, t1 = type_of(e0), type_of(e1)
-    if t0 is not t1:
-        raise TensorLangError(f"inner product of different types: {describe(e0)} : {t0} and {describe(e1)} : {t1}")
-    return t0
-
-
-def inner_product_cost(e0: Expr, e1: Expr, pred: Pred | None = None, indices=(), **sizes_and_relations) -> int:
-    """Rules 6.53 / 6.54 at the given sizes.
-
-    ``<e0 | e1>`` costs ``$(T) + $⟦e0⟧ + $⟦e1⟧`` (``e0, e1 : T``).
-    ``<e0 | e1>_[p]`` (``pred`` given, over ``indices``: one IndexVar per
-    dimension of ``T = [n0]...[nk]ℝ``, outermost first) costs
-    ``#{~i : p} + $⟦e0⟧ + $⟦e1⟧``.  Relation data are keywords like sizes."""
-    T = ip_type(e0, e1)
-    carrier = Pair(e0, e1) if pred is None else Pair(e0, Pair(e1, Iverson(pred, Const(0))))
-    sz, rels = _parse_kwargs(carrier, sizes_and_relations)
-    if pred is None:
-        iface = type_cost_at(T, sz)
-    else:
-        iface = count_at(shape_binders(T, tuple(indices)), pred, sz, rels)
-    return iface + cost(e0, **_only_for(e0, sizes_and_relations)) + cost(e1, **_only_for(e1, sizes_and_relations))
-
-
-def _only_for(e: Expr, kwargs: dict) -> dict:
-    """The keywords relevant to ``e`` (sizes pass through; relations and inputs filtered)."""
-    rels = {r.name for r in relations_of(e)}
-    ins = {v.name for v in input_vars(e)}
-    out = {}
-    for k, v in kwargs.items():
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            out[k] = v
-        elif k in rels or k in ins:
-            out[k] = v
-    return out
-
-
-def input_type_cost_at(expr: Expr, sizes: dict) -> int:
-    """``$(T_I)``: the size-cost of the types of the program's free variables."""
-    return sum(type_cost_at(v.type, sizes) for v in input_vars(expr))
-
-
-def io_cost(expr: Expr, **sizes_and_relations) -> int:
-    """Theorem 6.55's ``$_IO(e) = $⟦e⟧[] + $(T_I) + $(T_O)`` at the given sizes,
-    ``T_I`` the types of the free variables, ``T_O`` the output type."""
-    sz, _ = _parse_kwargs(expr, sizes_and_relations)
-    return cost(expr, **sizes_and_relations) + input_type_cost_at(expr, sz) + type_cost_at(type_of(expr), sz)
-
-
 def __getattr__(name):
     # symbolic entry points live in cost_symbolic (loaded on first use)
     if name in ("symbolic_cost", "symbolic_cost_breakdown", "symbolic_cost_conditions", "symbolic_io_cost",
                 "symbolic_inner_product_cost", "symbolic_type_cost", "relation_count_symbol",
-                "relation_count_values"):
+                "relation_count_values", "symbolic_extended_cost"):
         from . import cost_symbolic
 
         return getattr(cost_symbolic, name)
+    if name in ("type_cost", "type_cost_at", "inner_product_cost", "io_cost", "input_type_cost_at",
+                "extended_cost", "shape_binders", "ip_type"):
+        from . import cost_fig17
+
+        return getattr(cost_fig17, name)
     raise AttributeError(f"module 'tensorlang.cost' has no attribute {name!r}")
 
 

@@ -39,15 +39,8 @@ import numpy as np
 import sympy
 
 from . import isl_bridge as ib
-from .cost import (
-    ADD,
-    MUL,
-    cost_terms,
-    has_relation,
-    ip_type,
-    shape_binders,
-    _conjuncts,
-)
+from .cost import ADD, MUL, _conjuncts, cost_terms, has_relation
+from .cost_fig17 import ip_type, meta_cost, shape_binders
 from .errors import TensorLangError, UnsupportedError, describe
 from .ir import (
     TRUE,
@@ -69,7 +62,6 @@ from .ir import (
     free_indices,
     input_vars,
     size_vars,
-    walk,
 )
 from .sharing import explicit_sharing
 from .typecheck import type_of
@@ -440,3 +432,9 @@ def symbolic_io_cost(expr: Expr):
     """Theorem 6.55's ``$_IO(e) = $⟦e⟧[] + $(T_I) + $(T_O)`` in the size symbols."""
     tin = sum((symbolic_type_cost(v.type) for v in input_vars(expr)), sympy.Integer(0))
     return symbolic_cost(expr) + tin + symbolic_type_cost(type_of(expr))
+
+
+def symbolic_extended_cost(term):
+    """Rules 6.50-6.54 over the adjoint calculus's meta-terms (see
+    ``cost_fig17.extended_cost``), in the size symbols."""
+    return _simplify(meta_cost(term, symbolic_cost, symbolic_inner_product_cost))

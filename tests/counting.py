@@ -26,7 +26,6 @@ the user computed once is one ``let``).  It shares no code with
 from __future__ import annotations
 
 from collections import Counter
-from itertools import product
 
 import numpy as np
 

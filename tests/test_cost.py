@@ -293,3 +293,27 @@ def test_symbolic_cost_with_relation_symbols(prog):
     rels = _rels(prog)
     val = s.subs(C.relation_count_values(s, **rels, **prog.sizes))
     assert sym_at(val, **prog.sizes) == tl.cost(prog.expr, **prog.sizes, **rels), prog
+
+
+def test_figure17_meta_terms():
+    # 6.50-6.54 over the adjoint calculus's meta-terms
+    ar = pytest.importorskip("tensorlang.passes.adjoint_rules")
+    n = tl.size("n")
+    x = tl.tensor("x", n)
+    dx = tl.var("dx", x.type)
+    two = tl.gen(n, lambda i: tl.const(2.0))
+    ip = ar.Inner(two, dx)  # <gen 2 | dx>: $([n]R) = n, both sides cost 0
+    assert C.extended_cost(ip, n=5) == 5
+    assert C.extended_cost(ar.OPlus((ip, ar.ZERO_TERM)), n=5) == 5  # 6.51, 6.52
+    i = IndexVar("i", fresh_uid())
+    ipp = ar.Inner(two, dx, sym_aff(i) < 2, (i,))  # 6.54: #{i < 2} = 2
+    assert C.extended_cost(ipp, n=5) == 2
+    # 6.50: dlet dx' = D⟦sum[i] x[i]·x[i]⟧[x -> dx] in ...: the derivative
+    # sum[i] (dx[i]·x[i] + x[i]·dx[i]) costs 2n mults, n adds inside, n-1
+    # adds for the sum: 4n - 1
+    sq = tl.sum(n, lambda i: x[i] * x[i])
+    d = ar.Deriv(sq, {x: dx})
+    dv = tl.var("ds", tl.Real)
+    term = ar.DLet(dv, d, ar.OPlus((ip,)))
+    assert C.extended_cost(term, n=5) == 4 * 5 - 1 + 5
+    assert sympy.expand(C.symbolic_extended_cost(term) - (5 * N - 1)) == 0
