@@ -276,6 +276,7 @@ def infer_sizes(constraints, given: dict) -> dict:
     raises InputError naming the input whose shape is inconsistent.
     """
     sizes = dict(given)
+    source = {k: "given explicitly" for k in given}  # where each size came from, for messages
     pending = list(constraints)
     progress = True
     while pending and progress:
@@ -286,7 +287,8 @@ def infer_sizes(constraints, given: dict) -> dict:
             if not unknown:
                 v = a.evaluate({s.name: sizes[s.name] for s in a.size_vars()} | {})
                 if v != length:
-                    raise InputError(f"{what} has length {length}, but its type says {a} = {v}")
+                    whence = "; ".join(f"{t.name} = {sizes[t.name]} from {source[t.name]}" for t in a.size_vars())
+                    raise InputError(f"{what} has length {length}, but its type says {a} = {v} ({whence})")
                 progress = True
             elif len(unknown) == 1:
                 s = unknown[0]
@@ -296,6 +298,7 @@ def infer_sizes(constraints, given: dict) -> dict:
                 if num % c != 0 or num // c < 0:
                     raise InputError(f"{what} has length {length}, which gives no integer size {s.name} >= 0 in {a}")
                 sizes[s.name] = num // c
+                source[s.name] = what
                 progress = True
             else:
                 rest.append((a, length, what))
