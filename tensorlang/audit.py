@@ -1,0 +1,778 @@
+"""``tensorlang audit``: certify the cost of a program and of its derivatives.
+
+The paper's guarantees (Section 5: every normal-form pass is cost-neutral;
+Theorem 6.1: ``$(D e) <= 4 $(e)``; Theorem 6.55: ``$_IO(D^T e) <= 4 $_IO(e)``,
+Figure 17) are statements about the cost model of Figure 6.  This module runs
+a program through every stage of the pipeline, costs each stage at the given
+sizes and symbolically in the sizes, and decides each guarantee:
+
+* symbolically, for all sizes >= 1, when the difference of the two costs is a
+  polynomial (or a piecewise polynomial whose pieces are split by bounds on
+  single sizes) that :func:`decide_nonnegative` can prove non-negative;
+* otherwise on a grid of sizes, and the report says so.
+
+A stage that is not built yet (or refuses the program) makes its row "not
+available"; a verdict that needs it is not claimed.  :func:`audit` returns an
+:class:`AuditReport` (the CLI prints it, ``--json`` serializes it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import runpy
+from dataclasses import dataclass, field
+
+import sympy
+
+from .errors import TensorLangError, UnsupportedError
+from .ir import Expr, PairT, RealT, TensorT, Type, input_vars, size_vars
+from .typecheck import check_program, type_of
+
+THEOREM_FACTOR = 4
+DEFAULT_SIZE = 100
+GRID = (1, 2, 3, 4, 5, 8, 16, 64, 1000)
+SMALL_GRID = (1, 2, 3, 5, 8)
+
+
+# --------------------------------------------------------------------------
+# Deciding "f(sizes) >= 0 for every size >= 1"
+
+
+@dataclass
+class Decision:
+    """Outcome of deciding ``expr >= 0`` for all sizes >= 1.
+
+    ``holds`` is True (proved, or no counterexample on the grid when
+    ``method`` says grid), False (a counterexample is given), None (could not
+    be evaluated).  ``method`` is ``"symbolic"`` or ``"grid"``.
+    """
+
+    holds: bool | None
+    method: str
+    detail: str = ""
+    counterexample: dict | None = None
+
+
+def size_sym(name: str) -> sympy.Symbol:
+    """The canonical sympy symbol of a size (an integer >= 1)."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def canonical_symbols(expr) -> sympy.Expr:
+    """Re-express ``expr`` over :func:`size_sym` symbols (matched by name), so
+    costs from different modules combine whatever assumptions they used."""
+    expr = sympy.sympify(expr)
+    return expr.xreplace({s: size_sym(s.name) for s in expr.free_symbols})
+
+
+def _poly_nonneg_shifted(expr, syms, base: dict) -> bool | None:
+    """Prove ``expr >= 0`` for every ``s >= base[s]`` by substituting
+    ``s = base[s] + t`` and finding every coefficient of the resulting
+    polynomial in ``t >= 0`` non-negative.  None: not a polynomial."""
+    ts = {s: sympy.Symbol(f"t_{s.name}", nonnegative=True) for s in syms}
+    shifted = sympy.expand(expr.xreplace({s: base[s] + ts[s] for s in syms}))
+    if not shifted.free_symbols <= set(ts.values()):
+        return None
+    try:
+        poly = sympy.Poly(shifted, *ts.values()) if ts else None
+    except sympy.PolynomialError:
+        return None
+    if poly is None:
+        return bool(shifted >= 0) if shifted.is_number else None
+    coeffs = poly.coeffs()
+    if not all(c.is_number and c.is_real for c in coeffs):
+        return None
+    return all(c >= 0 for c in coeffs)
+
+
+def _atoms_bounds(cond, syms) -> list | None:
+    """Integer breakpoints ``k`` of univariate conditions ``a*s + b (op) 0``;
+    None when a condition relates several sizes (not split-decidable)."""
+    out = {s: set() for s in syms}
+    for rel in cond.atoms(sympy.core.relational.Relational):
+        d = sympy.expand(rel.lhs - rel.rhs)
+        fs = d.free_symbols
+        if len(fs) != 1:
+            if not fs:
+                continue
+            return None
+        (s,) = fs
+        try:
+            p = sympy.Poly(d, s)
+        except sympy.PolynomialError:
+            return None
+        if p.degree() != 1:
+            return None
+        a, b = p.all_coeffs()
+        root = -b / a
+        out[s] |= {int(sympy.floor(root)), int(sympy.floor(root)) + 1, int(sympy.ceiling(root)) + 1}
+    return out
+
+
+def decide_nonnegative(expr, *, grid=GRID, evaluate=None) -> Decision:
+    """Decide ``expr >= 0`` for every assignment of its size symbols to
+    integers >= 1.
+
+    Rigorous path: a polynomial is shifted to ``s = 1 + t`` and proved by
+    non-negative coefficients; a Piecewise whose conditions bound single sizes
+    is split into cells (single values below the largest breakpoint, a tail
+    ``s = K + t`` above it), each decided the same way.  Otherwise the
+    expression (or ``evaluate(sizes)`` when no expression is available) is
+    checked on ``grid`` and the decision says so; a negative grid value is a
+    definite counterexample either way.
+    """
+    if expr is not None:
+        expr = canonical_symbols(expr)
+        syms = sorted(expr.free_symbols, key=lambda s: s.name)
+        if not expr.has(sympy.floor, sympy.ceiling, sympy.Mod):
+            proved = _decide_cells(expr, syms)
+            if proved is True:
+                return Decision(True, "symbolic", "proved for all sizes >= 1")
+        evaluate = _evaluator_of(expr, syms)
+        names = [s.name for s in syms]
+    else:
+        names = None
+    return _grid(evaluate, names, grid)
+
+
+def _univariate_nonneg(expr, s, lo: int) -> bool | None:
+    """Exact for one size: a polynomial is >= 0 at every integer ``>= lo`` iff
+    its leading coefficient is positive (or it is constant and >= 0) and it is
+    >= 0 at each integer from ``lo`` up to the Cauchy bound on its real roots."""
+    try:
+        p = sympy.Poly(sympy.expand(expr), s)
+    except sympy.PolynomialError:
+        return None
+    cs = p.all_coeffs()
+    if not all(c.is_number and c.is_real for c in cs):
+        return None
+    if p.degree() <= 0:
+        return bool(cs[0] >= 0)
+    if cs[0] < 0:
+        return False
+    bound = 1 + max(abs(c / cs[0]) for c in cs[1:])
+    top = int(sympy.ceiling(bound))
+    if top - lo > 100000:
+        return None
+    return all(p.eval(k) >= 0 for k in range(lo, max(lo, top) + 1))
+
+
+def _poly_nonneg(expr, syms, base: dict) -> bool | None:
+    ok = _poly_nonneg_shifted(expr, syms, base)
+    if ok is True or len(syms) != 1:
+        return ok
+    return _univariate_nonneg(expr, syms[0], base[syms[0]])
+
+
+def _decide_cells(expr, syms) -> bool | None:
+    """Split every size's range [1, inf) into single values below a cut ``K``
+    and a tail ``K + t``; decide each cell (Piecewise conditions that bound a
+    single size are constant on a cell once ``K`` exceeds their breakpoints)."""
+    floor_k = 1
+    if expr.has(sympy.Piecewise):
+        bounds = {s: set() for s in syms}
+        for pw in expr.atoms(sympy.Piecewise):
+            for _, c in pw.args:
+                if c in (sympy.true, sympy.false):
+                    continue
+                b = _atoms_bounds(c, syms)
+                if b is None:
+                    return None
+                for s in syms:
+                    bounds[s] |= b[s]
+        floor_k = max([k for ks in bounds.values() for k in ks] + [1])
+    for extra in (0, 1, 3, 7):
+        k = floor_k + extra
+        if k ** max(len(syms), 1) > 4096:
+            return None
+        verdict = _decide_split(expr, syms, k)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def _decide_split(expr, syms, k: int) -> bool | None:
+    """True: proved on every cell; False: a cell of single values is negative;
+    None: some tail cell is undecided at this cut."""
+    undecided = False
+    choices = [[(s, v, False) for v in range(1, k)] + [(s, k, True)] for s in syms]
+    for cell in itertools.product(*choices):
+        fixed = {s: sympy.Integer(v) for s, v, tail in cell if not tail}
+        tails = [s for s, v, tail in cell if tail]
+        piece = _fold_piecewise(expr.xreplace(fixed), {s: k for s in tails})
+        if piece is None:
+            return None
+        ok = _poly_nonneg(piece, tails, {s: k for s in tails})
+        if ok is False and not tails:
+            return False
+        if ok is not True:
+            undecided = True
+    return None if undecided else True
+
+
+def _fold_piecewise(expr, at: dict):
+    def fold(pw):
+        for val, cond in pw.args:
+            c = cond.xreplace({s: sympy.Integer(v) for s, v in at.items()})
+            c = sympy.simplify(c) if c not in (sympy.true, sympy.false) else c
+            if c is sympy.true:
+                return val
+            if c is not sympy.false:
+                return None
+        return sympy.Integer(0)
+
+    for pw in sorted(expr.atoms(sympy.Piecewise), key=sympy.count_ops):
+        v = fold(pw)
+        if v is None:
+            return None
+        expr = expr.xreplace({pw: v})
+    return None if expr.has(sympy.Piecewise) else expr
+
+
+def _evaluator_of(expr, syms):
+    def ev(sizes):
+        v = expr.xreplace({s: sympy.Integer(sizes[s.name]) for s in syms})
+        return v
+
+    return ev
+
+
+def _grid(evaluate, names, grid) -> Decision:
+    if evaluate is None:
+        return Decision(None, "grid", "nothing to evaluate")
+    names = names or []
+    points = list(itertools.product(grid, repeat=len(names)))
+    if len(points) > 2000:
+        import random
+
+        rng = random.Random(0)
+        points = [tuple(rng.choice(grid) for _ in names) for _ in range(2000)]
+        points += [tuple(g for _ in names) for g in grid]
+    for pt in points:
+        sizes = dict(zip(names, pt))
+        try:
+            v = evaluate(sizes)
+        except (TensorLangError, ArithmeticError, TypeError, ValueError) as exc:
+            return Decision(None, "grid", f"cannot evaluate at {sizes}: {exc}")
+        if v is None:
+            return Decision(None, "grid", f"cannot evaluate at {sizes}")
+        if v < 0:
+            return Decision(False, "counterexample", f"fails at {_fmt_sizes(sizes)} (value {v})", sizes)
+    where = "{" + ", ".join(str(g) for g in grid) + "}" + (f"^{len(names)}" if len(names) > 1 else "")
+    return Decision(True, "grid", f"checked on the grid of sizes {where} only (not proved for all sizes)")
+
+
+def _fmt_sizes(sizes: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "(no sizes)"
+
+
+def leading_monomial(expr) -> str:
+    """The asymptotic class of a cost: its monomials of highest total degree
+    (coefficients dropped), taking the piece that holds for large sizes."""
+    if expr is None:
+        return "n/a"
+    expr = canonical_symbols(expr)
+    if expr.has(sympy.Piecewise):
+        big = {s: sympy.Integer(10**6) for s in expr.free_symbols}
+        for pw in expr.atoms(sympy.Piecewise):
+            for val, cond in pw.args:
+                if cond.xreplace(big) in (True, sympy.true):
+                    expr = expr.xreplace({pw: val})
+                    break
+    expr = sympy.expand(expr)
+    syms = sorted(expr.free_symbols, key=lambda s: s.name)
+    if not syms:
+        return "1" if expr != 0 else "0"
+    try:
+        poly = sympy.Poly(expr, *syms)
+    except sympy.PolynomialError:
+        return str(expr)
+    deg = poly.total_degree()
+    monos = [m for m in poly.monoms() if sum(m) == deg]
+    parts = []
+    for m in monos:
+        factors = [f"{s.name}^{k}" if k > 1 else s.name for s, k in zip(syms, m) if k]
+        parts.append("·".join(factors) or "1")
+    return " + ".join(sorted(parts))
+
+
+# --------------------------------------------------------------------------
+# Costs (through tensorlang.cost when it exists)
+
+
+class StageUnavailable(Exception):
+    """A pipeline stage (or the cost model) is not present or refused the program."""
+
+
+def _cost_module():
+    try:
+        from . import cost as C
+    except ImportError as exc:
+        raise StageUnavailable(f"the cost model (tensorlang.cost) is not available: {exc}") from None
+    return C
+
+
+def type_size_expr(t: Type) -> sympy.Expr:
+    """``$(T)`` of Figure 17 as a sympy expression in the sizes."""
+    match t:
+        case RealT():
+            return sympy.Integer(1)
+        case PairT(fst=a, snd=b):
+            return type_size_expr(a) + type_size_expr(b)
+        case TensorT(extent=n, elem=el):
+            ext = sympy.Integer(n.const) + sum(
+                (c * size_sym(s.name) for s, c in n.terms), sympy.Integer(0)
+            )
+            return sympy.expand(ext * type_size_expr(el))
+        case _:
+            raise TensorLangError(f"not a type: {t!r}")
+
+
+def io_size_expr(e: Expr) -> sympy.Expr:
+    """``$(T_I) + $(T_O)``: sizes of a program's inputs and of its output."""
+    total = type_size_expr(type_of(e))
+    for v in input_vars(e):
+        total += type_size_expr(v.type)
+    return sympy.expand(total)
+
+
+def cost_at(e: Expr, sizes: dict) -> int:
+    C = _cost_module()
+    needed = {s.name for s in size_vars(e)}
+    return int(C.cost(e, **{k: v for k, v in sizes.items() if k in needed}))
+
+
+def symbolic_cost_of(e: Expr):
+    C = _cost_module()
+    return canonical_symbols(C.symbolic_cost(e))
+
+
+# --------------------------------------------------------------------------
+# The pipeline's stages (each looked up lazily: stages land independently)
+
+PASS_LABELS = (
+    ("let-lifting", "let_lift", ("let_lift", "let_lifting", "lift_lets", "run")),
+    ("pair elimination", "pair_elim", ("pair_elim", "eliminate_pairs", "pair_elimination", "run")),
+    ("gen pushout", "gen_pushout", ("gen_pushout", "push_gens", "pushout", "run")),
+    ("tensor SSA", "tensor_ssa", ("tensor_ssa", "to_ssa", "ssa", "convert", "run")),
+)
+
+
+def normal_form_passes():
+    """``[(label, fn)]`` for the four passes of Section 5, in order.  Raises
+    StageUnavailable naming the first pass that is missing."""
+    import importlib
+
+    out = []
+    for label, mod_name, candidates in PASS_LABELS:
+        try:
+            mod = importlib.import_module(f"tensorlang.passes.{mod_name}")
+        except ImportError as exc:
+            out.append((label, StageUnavailable(f"passes/{mod_name}.py is not available ({exc})")))
+            continue
+        fn = next((getattr(mod, c) for c in candidates if callable(getattr(mod, c, None))), None)
+        if fn is None:
+            out.append((label, StageUnavailable(f"passes/{mod_name}.py defines none of {candidates}")))
+        else:
+            out.append((label, fn))
+    return out
+
+
+def _derivative(e: Expr, wrt):
+    try:
+        from .autodiff import derivative
+    except ImportError as exc:
+        raise StageUnavailable(f"tensorlang.autodiff is not available ({exc})") from None
+    try:  # the paper's D⟦e⟧σ (Theorem 6.1), before any simplification
+        return derivative(e, wrt=list(wrt), simplify=False)
+    except TypeError:
+        return derivative(e, wrt=list(wrt))
+
+
+def _adjoint(e: Expr, wrt, mode: str, simplify: bool | None = None):
+    try:
+        from .autodiff import adjoint
+    except ImportError as exc:
+        raise StageUnavailable(f"tensorlang.autodiff is not available ({exc})") from None
+    kw = {"mode": mode}
+    if simplify is not None:
+        kw["simplify"] = simplify
+    try:
+        return adjoint(e, wrt=list(wrt), **kw)
+    except TypeError as exc:
+        if simplify is not None and "simplify" in str(exc):
+            raise StageUnavailable("tl.adjoint has no simplify=False option (raw adjoint not exposed)") from None
+        raise
+
+
+def _simplify(e: Expr):
+    try:
+        from .passes.simplify import simplify
+    except ImportError as exc:
+        raise StageUnavailable(f"passes/simplify.py is not available ({exc})") from None
+    return simplify(e)
+
+
+# --------------------------------------------------------------------------
+# The report
+
+
+@dataclass
+class StageRow:
+    name: str
+    expr: Expr | None = None
+    cost: int | None = None
+    symbolic: object = None  # sympy expression or None
+    io_symbolic: object = None
+    ratio: float | None = None
+    reason: str | None = None  # why the row is not available / partial
+
+    @property
+    def available(self) -> bool:
+        return self.expr is not None
+
+    def io_cost_at(self, sizes: dict):
+        if self.cost is None or self.expr is None:
+            return None
+        return self.cost + int(io_size_expr(self.expr).xreplace({size_sym(k): v for k, v in sizes.items()}))
+
+    def symbolic_io(self):
+        if self.symbolic is None or self.expr is None:
+            return None
+        return sympy.expand(self.symbolic + io_size_expr(self.expr))
+
+    def to_json(self, sizes) -> dict:
+        return {
+            "stage": self.name,
+            "available": self.available,
+            "reason": self.reason,
+            "cost": self.cost,
+            "symbolic_cost": None if self.symbolic is None else str(self.symbolic),
+            "io_cost": self.io_cost_at(sizes),
+            "symbolic_io_cost": None if self.symbolic_io() is None else str(self.symbolic_io()),
+            "ratio_to_primal": self.ratio,
+        }
+
+
+@dataclass
+class Verdict:
+    name: str
+    claim: str
+    holds: bool | None  # None: not checked (a stage is missing)
+    method: str  # "symbolic" | "grid" | "not available"
+    detail: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.holds is None:
+            return "not available"
+        return "holds" if self.holds else "FAILS"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "claim": self.claim, "holds": self.holds, "status": self.status,
+                "method": self.method, "detail": self.detail}
+
+
+@dataclass
+class AuditReport:
+    program: str
+    entry: str
+    wrt: list
+    sizes: dict
+    rows: list = field(default_factory=list)
+    verdicts: list = field(default_factory=list)
+    asymptotic: dict = field(default_factory=dict)
+    kernels: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list:
+        return [v for v in self.verdicts if v.holds is False]
+
+    @property
+    def unchecked(self) -> list:
+        return [v for v in self.verdicts if v.holds is None]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def row(self, name: str) -> StageRow | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def to_json(self) -> dict:
+        return {
+            "program": self.program,
+            "entry": self.entry,
+            "wrt": self.wrt,
+            "sizes": self.sizes,
+            "stages": [r.to_json(self.sizes) for r in self.rows],
+            "verdicts": [v.to_json() for v in self.verdicts],
+            "asymptotic": self.asymptotic,
+            "kernels": self.kernels,
+            "exit_code": self.exit_code,
+        }
+
+
+# --------------------------------------------------------------------------
+# Loading the user's program
+
+
+def load_program(path: str, entry: str = "loss") -> Expr:
+    """Run the Python file ``path`` and return its ``entry``: an expression,
+    or a zero-argument function returning one."""
+    if not os.path.isfile(path):
+        raise TensorLangError(f"no such file: {path}")
+    try:
+        ns = runpy.run_path(path, run_name="__tensorlang_audit__")
+    except TensorLangError:
+        raise
+    except SystemExit as exc:
+        raise TensorLangError(f"{path} exited while being loaded (SystemExit {exc.code})") from None
+    except Exception as exc:  # the user's file failed: report it, as a bad program
+        raise TensorLangError(f"running {path} failed: {type(exc).__name__}: {exc}") from None
+    if entry not in ns:
+        names = sorted(k for k, v in ns.items() if isinstance(v, Expr) and not k.startswith("_"))
+        raise TensorLangError(f"{path} defines no {entry!r}; expressions it defines: {names or 'none'} (use --entry NAME)")
+    val = ns[entry]
+    if callable(val) and not isinstance(val, Expr):
+        try:
+            val = val()
+        except TypeError as exc:
+            raise TensorLangError(f"{entry} in {path} must be an expression or a zero-argument function: {exc}") from None
+    if not isinstance(val, Expr):
+        raise TensorLangError(f"{entry} in {path} is a {type(val).__name__}, not a tensorlang expression")
+    check_program(val)
+    return val
+
+
+def parse_sizes(text: str | None) -> dict:
+    """``"n=1000,m=16"`` -> ``{"n": 1000, "m": 16}`` (sizes must be ints >= 1)."""
+    out = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise TensorLangError(f"bad size {part!r}: write NAME=INT, e.g. n=1000")
+        k, v = (s.strip() for s in part.split("=", 1))
+        try:
+            iv = int(v)
+        except ValueError:
+            raise TensorLangError(f"bad size {part!r}: {v!r} is not an integer") from None
+        if iv < 1:
+            raise TensorLangError(f"size {k} must be >= 1, got {iv}")
+        out[k] = iv
+    return out
+
+
+def resolve_wrt(e: Expr, names) -> list:
+    """The input variables to differentiate: the named ones, or every tensor input."""
+    ins = input_vars(e)
+    if not names:
+        tensors = [v for v in ins if isinstance(v.type, TensorT)]
+        return tensors or list(ins)
+    by_name = {v.name: v for v in ins}
+    out = []
+    for nm in names:
+        if nm not in by_name:
+            raise TensorLangError(f"--wrt {nm}: the program has no input {nm!r}; its inputs are {sorted(by_name)}")
+        out.append(by_name[nm])
+    return out
+
+
+# --------------------------------------------------------------------------
+# The audit
+
+
+def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss",
+          show_kernels: bool = False) -> AuditReport:
+    """Cost every stage of ``expr``'s pipeline and decide the paper's guarantees.
+
+    ``wrt``: input names or Vars (default: every tensor input); ``sizes``: the
+    sizes to report costs at (default :data:`DEFAULT_SIZE` for each).
+    """
+    from .printer import pretty
+    from .sharing import explicit_sharing
+
+    check_program(expr)
+    wrt_vars = resolve_wrt(expr, [w if isinstance(w, str) else w.name for w in (wrt or [])])
+    known = sorted({s.name for s in size_vars(expr)})
+    sizes = dict(sizes or {})
+    unknown = sorted(set(sizes) - set(known))
+    if unknown:
+        raise TensorLangError(f"--sizes names {unknown}, which the program does not use; its sizes are {known}")
+    for k in known:
+        sizes.setdefault(k, DEFAULT_SIZE)
+    report = AuditReport(pretty(expr), entry, [v.name for v in wrt_vars], {k: sizes[k] for k in known})
+
+    prog = explicit_sharing(expr)
+    rows = report.rows
+    primal = _row("input program", lambda: prog, sizes)
+    rows.append(primal)
+
+    # Section 5: the four normal-form passes, in order.
+    cur = prog
+    pass_rows = []
+    for label, fn in normal_form_passes():
+        if cur is None:
+            pass_rows.append(StageRow(label, reason="an earlier pass is not available"))
+            continue
+        if isinstance(fn, StageUnavailable):
+            pass_rows.append(StageRow(label, reason=str(fn)))
+            cur = None
+            continue
+        r = _row(label, lambda fn=fn, cur=cur: fn(cur), sizes)
+        pass_rows.append(r)
+        cur = r.expr
+    rows.extend(pass_rows)
+    ssa = pass_rows[-1] if pass_rows and pass_rows[-1].available else None
+    if ssa is None:  # tl.normalize may exist even when a pass module is named differently
+        try:
+            from .passes.pipeline import normalize
+
+            ssa = _row("tensor SSA (tl.normalize)", lambda: normalize(prog), sizes)
+            if ssa.available:
+                rows.append(ssa)
+            else:
+                ssa = None
+        except ImportError:
+            pass
+    base = ssa.expr if ssa is not None else None
+
+    def need_ssa(label, thunk):
+        if base is None:
+            return StageRow(label, reason="needs the tensor-SSA form, which is not available")
+        return _row(label, thunk, sizes)
+
+    deriv = need_ssa("total derivative", lambda: _derivative(base, wrt_vars))
+    adj_raw = need_ssa("adjoint", lambda: _adjoint(base, wrt_vars, "sparse", simplify=False))
+    adj = need_ssa("simplified adjoint", lambda: _adjoint(base, wrt_vars, "sparse"))
+    naive = need_ssa("naive adjoint", lambda: _adjoint(base, wrt_vars, "naive"))
+    rows.extend([deriv, adj_raw, adj, naive])
+
+    for r in rows:
+        if primal.cost and r.cost is not None:
+            r.ratio = r.cost / primal.cost
+        elif primal.cost == 0 and r.cost is not None:
+            r.ratio = None
+
+    _verdicts(report, primal, pass_rows, ssa, deriv, adj_raw, adj)
+    report.asymptotic = {
+        "primal": leading_monomial(primal.symbolic),
+        "adjoint": leading_monomial(adj.symbolic),
+        "naive adjoint": leading_monomial(naive.symbolic),
+    }
+    if show_kernels:
+        report.kernels = _kernels(prog, adj.expr)
+    return report
+
+
+def _row(label: str, thunk, sizes) -> StageRow:
+    try:
+        e = thunk()
+    except StageUnavailable as exc:
+        return StageRow(label, reason=str(exc))
+    except UnsupportedError as exc:
+        return StageRow(label, reason=f"unsupported: {exc}")
+    row = StageRow(label, expr=e)
+    reasons = []
+    try:
+        row.cost = cost_at(e, sizes)
+    except StageUnavailable as exc:
+        reasons.append(str(exc))
+    except TensorLangError as exc:
+        reasons.append(f"cost at sizes: {exc}")
+    try:
+        row.symbolic = symbolic_cost_of(e)
+    except StageUnavailable as exc:
+        if str(exc) not in reasons:
+            reasons.append(str(exc))
+    except TensorLangError as exc:
+        reasons.append(f"symbolic cost: {exc}")
+    row.reason = "; ".join(reasons) or None
+    return row
+
+
+def _compare(name, claim, small: StageRow, big: StageRow, factor, io: bool) -> Verdict:
+    """Decide ``cost(small) <= factor * cost(big)`` (``io``: with ``$_IO``)."""
+    if not small.available or not big.available:
+        missing = small if not small.available else big
+        return Verdict(name, claim, None, "not available", f"{missing.name}: {missing.reason}")
+    s_sym = small.symbolic_io() if io else small.symbolic
+    b_sym = big.symbolic_io() if io else big.symbolic
+    if s_sym is not None and b_sym is not None:
+        d = decide_nonnegative(factor * b_sym - s_sym)
+    else:
+        def ev(sz, small=small, big=big):
+            cs, cb = cost_at(small.expr, sz), cost_at(big.expr, sz)
+            if io:
+                cs += int(io_size_expr(small.expr).xreplace({size_sym(k): v for k, v in sz.items()}))
+                cb += int(io_size_expr(big.expr).xreplace({size_sym(k): v for k, v in sz.items()}))
+            return factor * cb - cs
+
+        try:
+            names = sorted({s.name for s in size_vars(small.expr) | size_vars(big.expr)})
+            d = _grid(ev, names, SMALL_GRID)
+        except StageUnavailable as exc:
+            return Verdict(name, claim, None, "not available", str(exc))
+    if d.holds is None:
+        return Verdict(name, claim, None, "not available", d.detail)
+    detail = d.detail
+    if d.holds is False:
+        detail = f"{detail}: compiler bug, the cost model says {small.name} exceeds the bound"
+    return Verdict(name, claim, d.holds, d.method, detail)
+
+
+def _verdicts(report, primal, pass_rows, ssa, deriv, adj_raw, adj):
+    vs = report.verdicts
+    # Section 5: each pass does not raise the cost.
+    prev = primal
+    sub = []
+    for r in pass_rows:
+        sub.append(_compare(f"cost-neutral: {r.name}", f"$({r.name}) <= $({prev.name})", r, prev, 1, io=False))
+        prev = r if r.available else prev
+    if not pass_rows:
+        vs.append(Verdict("pass cost-neutrality", "each pass: $(after) <= $(before)", None, "not available",
+                          "no normal-form pass is available"))
+    else:
+        holds = None if any(v.holds is None for v in sub) else all(v.holds for v in sub)
+        if any(v.holds is False for v in sub):
+            holds = False
+        method = "symbolic" if all(v.method == "symbolic" for v in sub) else (
+            "not available" if holds is None else "grid")
+        detail = "; ".join(f"{v.name.split(': ', 1)[1]}: {v.status} ({v.method})" for v in sub)
+        vs.append(Verdict("pass cost-neutrality", "each pass: $(after) <= $(before)", holds, method, detail))
+    ssa_row = ssa if ssa is not None else StageRow("tensor SSA", reason="not available")
+    vs.append(_compare("Theorem 6.1", "$(D e) <= 4·$(e), e the tensor-SSA form", deriv, ssa_row,
+                       THEOREM_FACTOR, io=False))
+    t655 = _compare("Theorem 6.55", "$_IO(D^T e) <= 4·$_IO(e), e the tensor-SSA form", adj, ssa_row,
+                    THEOREM_FACTOR, io=True)
+    if adj_raw.available:
+        raw = _compare("Theorem 6.55 (raw)", "", adj_raw, ssa_row, THEOREM_FACTOR, io=True)
+        if raw.holds is False or t655.holds is None:
+            t655 = Verdict("Theorem 6.55", t655.claim, raw.holds, raw.method,
+                           f"unsimplified adjoint: {raw.detail}; simplified adjoint: {t655.status}")
+        else:
+            t655.detail = f"{t655.detail}; unsimplified adjoint also {raw.status} ({raw.method})"
+    vs.append(t655)
+
+
+def _kernels(prog: Expr, adjoint: Expr | None) -> dict:
+    out = {}
+    try:
+        from .backend.api import compile as tl_compile
+    except ImportError as exc:
+        return {"note": f"the backend (tl.compile) is not available: {exc}"}
+    for label, e in (("primal", prog), ("adjoint", adjoint)):
+        if e is None:
+            out[label] = "(not available)"
+            continue
+        try:
+            k = tl_compile(e)
+            out[label] = getattr(k, "source", None) or "(this kernel has no generated source)"
+        except TensorLangError as exc:
+            out[label] = f"(compile failed: {exc})"
+    return out
