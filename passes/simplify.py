@@ -426,8 +426,14 @@ class _Simplifier:
 
 def simplify(e: Expr, *, max_rounds: int = 8) -> Expr:
     """Signature: simplify : Expr -> Expr (value-preserving, never more costly)."""
+    from tensorlang.sharing import explicit_sharing
+
     t = type_of(e)
     for _ in range(max_rounds):
+        # Repeated sub-terms become lets first: each is then simplified once,
+        # in one context, so the rewrites cannot un-share work the cost model
+        # counted once (e.g. a loop-invariant term also bound by a dead let).
+        e = explicit_sharing(e)
         new = _Simplifier().expr(e, _Ctx())
         if new is e:
             break

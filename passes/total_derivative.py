@@ -245,9 +245,11 @@ class _D:
         if hit is not None and hit[0] is e and hit[1] is sigma:
             return hit[2]
         # A sub-term that mentions no differentiated variable is constant.
-        # (Lets are exempt: 6.16 gives every binding its differential binding.)
-        if not isinstance(e, Let) and not (free_vars(e) & sigma.keys()):
-            out = Const(0) if isinstance(e, Const) else zero_like(e)
+        # A compound sub-term that mentions no differentiated variable is
+        # constant: its derivative is zero (6.2 and 6.3 by induction).  Lets are
+        # exempt: 6.16 gives every binding its differential binding.
+        if not isinstance(e, (Let, Var, Const)) and not (free_vars(e) & sigma.keys()):
+            out = zero_like(e)
         else:
             out = self._rule(e, sigma)
         self.memo[key] = (e, sigma, out)

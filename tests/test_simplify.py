@@ -1,0 +1,157 @@
+"""passes/simplify.py: single-point sums, isl predicate decisions, zeros, dead/copy/gather lets.
+
+Oracles: the evaluator (same value before and after), the cost model (never
+more after), and hand-written expected terms.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tensorlang as tl
+from tensorlang.ir import FALSE, TRUE, Iverson, Let, Sum, alpha_eq, walk
+from tensorlang.passes.simplify import simplify, simplify_pred
+from tests.strategies import programs
+
+n, m = tl.sizes("n m")
+x, y, z = tl.tensor("x", n), tl.tensor("y", m), tl.tensor("z", n)
+
+
+def _same_value(a, b, **inputs):
+    va, vb = tl.evaluate(a, **inputs), tl.evaluate(b, **inputs)
+    np.testing.assert_allclose(np.asarray(va, dtype=float), np.asarray(vb, dtype=float), rtol=1e-12, atol=1e-12)
+
+
+def test_single_point_sum_becomes_a_guarded_substitution():
+    # sum[i:n] [k = i - j]·e  ==>  [0 <= k + j < n]·e[i := k + j]   (j, k bound outside)
+    e = tl.gen([n, m], lambda k, j: tl.sum(n, lambda i: tl.iverson(k == i - j, x[i] * y[j])))
+    s = simplify(e)
+    # 0 <= k + j holds on the domain and is dropped; k + j < n is kept
+    expected = tl.gen([n, m], lambda k, j: tl.iverson(k + j < n, x[k + j] * y[j]))
+    assert alpha_eq(s, expected), tl.pretty(s)
+    rng = np.random.default_rng(0)
+    _same_value(e, s, x=rng.normal(size=5), y=rng.normal(size=3))
+
+
+def test_in_a_block_of_sums_the_outermost_fixed_index_is_eliminated():
+    # both j and i are summed: j (outermost) is fixed by j = i - k
+    e = tl.gen(n, lambda k: tl.sum(m, lambda j: tl.sum(n, lambda i: tl.iverson(k == i - j, x[i] * y[j]))))
+    s = simplify(e)
+    expected = tl.gen(n, lambda k: tl.sum(n, lambda i: tl.iverson((0 <= i - k) & (i - k < m), x[i] * y[i - k])))
+    assert alpha_eq(s, expected), tl.pretty(s)
+    rng = np.random.default_rng(0)
+    _same_value(e, s, x=rng.normal(size=5), y=rng.normal(size=3))
+
+
+def test_the_range_condition_is_kept_when_not_implied():
+    # sum[i:n] [i = 2·k]·... has coefficient 2 on k, but i itself has coefficient 1
+    e = tl.gen(n, lambda k: tl.sum(n, lambda i: tl.iverson(i == 2 * k, x[i])))
+    s = simplify(e)
+    assert not any(isinstance(t, Sum) for t in walk(s))
+    expected = tl.gen(n, lambda k: tl.iverson(2 * k < n, x[2 * k]))
+    assert alpha_eq(s, expected), tl.pretty(s)
+    _same_value(e, s, x=np.arange(7.0))
+
+
+def test_equality_with_coefficient_two_is_not_eliminated():
+    e = tl.gen(n, lambda k: tl.sum(n, lambda i: tl.iverson(2 * i == k, x[i])))
+    s = simplify(e)
+    assert any(isinstance(t, Sum) for t in walk(s))
+    _same_value(e, s, x=np.arange(6.0))
+
+
+def test_empty_predicate_makes_the_term_vanish():
+    e = tl.sum(n, lambda i: x[i] + tl.iverson((i < 0) | (i >= n), x[0] * 3))
+    s = simplify(e)
+    assert alpha_eq(s, tl.sum(n, lambda i: x[i]))
+
+
+def test_always_true_bracket_and_implied_conjuncts_disappear():
+    e = tl.gen(n, lambda i: tl.iverson((i >= 0) & (i < n + 2) & (i < m), x[i]))
+    s = simplify(e)
+    assert alpha_eq(s, tl.gen(n, lambda i: tl.iverson(i < m, x[i]))), tl.pretty(s)
+    e2 = tl.gen(n, lambda i: tl.iverson(i <= n - 1, x[i]))
+    assert simplify(e2) is x  # the bracket goes, then gen[i:n] x[i] is x
+
+
+def test_conjunct_implied_by_an_enclosing_bracket_is_dropped():
+    e = tl.gen(n, lambda i: tl.iverson(i < 3, tl.sum(m, lambda j: tl.iverson((i < 5) & (j < i), y[j]))))
+    s = simplify(e)
+    expected = tl.gen(n, lambda i: tl.iverson(i < 3, tl.sum(m, lambda j: tl.iverson(j < i, y[j]))))
+    assert alpha_eq(s, expected), tl.pretty(s)
+
+
+def test_relations_are_left_alone():
+    R = tl.relation("R", n, m)
+    e = tl.sum(n, lambda i: tl.sum(m, lambda j: tl.iverson(R(i, j), x[i] * y[j])))
+    assert simplify(e) is e
+
+
+def test_existential_with_a_fixing_equality_is_eliminated():
+    p = tl.exists([n, m], lambda a, b: (a == b + 1) & (b < 2))
+    q = simplify_pred(p)
+    # exists[a:n] exists[b:m] (a = b + 1 ∧ b < 2)  ==>  exists[b:m] (b + 1 < n ∧ b < 2) (0 <= b + 1 is folded)
+    assert isinstance(q, tl.ir.Exists) and not isinstance(q.body, tl.ir.Exists)
+
+
+def test_zero_propagation():
+    zero = tl.gen(n, lambda i: tl.const(0))
+    e = tl.sum(n, lambda i: zero[i] * x[i] + tl.iverson(i < 2, 0 * x[i]) + x[i])
+    assert alpha_eq(simplify(e), tl.sum(n, lambda i: x[i]))
+    assert simplify(tl.sum(n, lambda i: zero[i])) is tl.const(0)
+
+
+def test_dead_copy_and_single_use_gather_bindings():
+    e = tl.let(x * 1 if False else tl.gen(n, lambda i: x[i] * 2), lambda dead:
+               tl.let(z, lambda cp:
+                      tl.let(tl.gen(n, lambda i: tl.iverson(i > 0, cp[i - 1])), lambda g:
+                             tl.sum(n, lambda i: g[i] * x[i]))))
+    s = simplify(e)
+    assert not any(isinstance(t, Let) for t in walk(s)), tl.pretty(s)
+    expected = tl.sum(n, lambda i: tl.iverson(i > 0, z[i - 1] * x[i]))
+    assert alpha_eq(s, expected), tl.pretty(s)
+    rng = np.random.default_rng(1)
+    _same_value(e, s, x=rng.normal(size=4), z=rng.normal(size=4))
+
+
+def test_a_binding_that_does_work_is_not_inlined():
+    e = tl.let(tl.gen(n, lambda i: x[i] * x[i]), lambda sq: tl.sum(n, lambda i: sq[i]) + sq[0])
+    s = simplify(e)
+    assert isinstance(s, Let)
+
+
+def _relations(prog):
+    return {k: v for k, v in prog.inputs.items() if k in prog.relation_names}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs())
+def test_simplify_preserves_value_and_never_raises_cost(prog):
+    s = simplify(prog.expr)
+    a = prog.evaluate()
+    b = tl.evaluate(s, **{k: v for k, v in prog.inputs.items() if k in _names(s)},
+                    **{k: v for k, v in prog.sizes.items() if k in {z.name for z in tl.ir.size_vars(s)}})
+    np.testing.assert_allclose(_flat(b), _flat(a), rtol=1e-9, atol=1e-9 * max(1.0, prog.bound))
+    kw = {**prog.sizes, **_relations(prog)}
+    assert tl.cost(s, **_only(s, kw)) <= tl.cost(prog.expr, **_only(prog.expr, kw))
+
+
+def _names(e):
+    return {v.name for v in tl.ir.input_vars(e)} | {r.name for r in tl.ir.relations_of(e)}
+
+
+def _only(e, kw):
+    rel = {r.name for r in tl.ir.relations_of(e)}
+    sizes = {z.name for z in tl.ir.size_vars(e)}
+    return {k: v for k, v in kw.items() if k in rel or k in sizes}
+
+
+def _flat(v):
+    if isinstance(v, tuple):
+        return np.concatenate([_flat(a) for a in v])
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return np.concatenate([_flat(a) for a in v.ravel()] or [np.zeros(0)])
+    return np.atleast_1d(np.asarray(v, dtype=float)).ravel()
+
+
+_ = (TRUE, FALSE, Iverson, pytest)
