@@ -366,8 +366,11 @@ def _parse_kwargs(expr: Expr, kwargs: dict):
     ignored (a pass may have removed the last use of a size)."""
     from .evaluator import infer_sizes, relation_dense, _type_shape_leaves
 
-    rels = {r.name: r for r in relations_of(expr)}
-    ins = {v.name: v for v in input_vars(expr)}
+    m = meta(expr)
+    info = m.get("cost_names")
+    if info is None:  # the passes' oracle costs one program at many sizes
+        info = m["cost_names"] = ({r.name: r for r in relations_of(expr)}, {v.name: v for v in input_vars(expr)})
+    rels, ins = info
     sizes: dict = {}
     rel_data: dict = {}
     arrays: dict = {}
