@@ -83,7 +83,7 @@ from tensorlang.ir import (
 )
 from tensorlang.typecheck import check_program, type_of
 
-__all__ = ["Program", "programs", "scalar_exprs", "tensor_exprs", "predicates", "MIX"]
+__all__ = ["Program", "programs", "scalar_exprs", "tensor_exprs", "predicates", "MIX", "assert_close", "magnitude"]
 
 # A user-registered binary black-box function, so random programs exercise
 # the registry path as well as the built-ins: mix(a, b) = a·b + sin(a).
@@ -882,6 +882,24 @@ def _relation_data(draw, r: Relation, sizes: dict):
         idx = np.indices(shape)
         return np.all(idx == idx[0], axis=0)
     return draw(hnp.arrays(np.bool_, shape))
+
+
+def assert_close(got, want, bound, path="value"):
+    """Compare evaluator results (float, ndarray, tuple, array of pairs) with
+    relative tolerance 1e-9 and absolute tolerance 1e-9·max(1, bound)
+    (``bound`` = ``prog.bound``: cancellation of large terms)."""
+    tol = 1e-9 * max(1.0, bound)
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), path
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert_close(g, w, bound, f"{path}.{k}")
+    elif isinstance(want, np.ndarray) and want.dtype == object:
+        assert np.shape(got) == want.shape, path
+        for idx in np.ndindex(*want.shape):
+            assert_close(got[idx], want[idx], bound, f"{path}{list(idx)}")
+    else:
+        np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=1e-9, atol=tol,
+                                   err_msg=path)
 
 
 # --------------------------------------------------------------------------

@@ -11,8 +11,7 @@ import tensorlang as tl
 from tensorlang.ir import Gen, Iverson, Let, Mul, Sum, Var, lets, walk
 from tensorlang.sharing import explicit_sharing, has_work, invariant_tensors, shared_terms
 
-from .strategies import Program, programs
-from .test_strategies import assert_close
+from .strategies import Program, assert_close, programs
 
 n, m = tl.sizes("n m")
 

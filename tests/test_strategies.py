@@ -16,25 +16,9 @@ from tensorlang.ir import (
 )
 from tensorlang.typecheck import check_program
 
-from .strategies import Program, magnitude, predicates, programs
+from .strategies import Program, assert_close, magnitude, predicates, programs
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def assert_close(got, want, bound, path="value"):
-    """Structural comparison of evaluator results (float, ndarray, tuple, array of pairs)."""
-    tol = 1e-9 * max(1.0, bound)
-    if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want), path
-        for k, (g, w) in enumerate(zip(got, want)):
-            assert_close(g, w, bound, f"{path}.{k}")
-    elif isinstance(want, np.ndarray) and want.dtype == object:
-        assert np.shape(got) == want.shape, path
-        for idx in np.ndindex(*want.shape):
-            assert_close(got[idx], want[idx], bound, f"{path}{list(idx)}")
-    else:
-        np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=1e-9, atol=tol,
-                                   err_msg=path)
 
 
 @SETTINGS
