@@ -143,7 +143,9 @@ def pretty_sym(s, env: _Names | None = None) -> str:
 def pretty_aff(a: Aff, env: _Names | None = None) -> str:
     env = env or _top_names(a)
     parts: list[str] = []
-    for s, c in a.terms:
+    # index variables first, then sizes, then the constant: x[i - j + m - 1] as in the paper
+    ordered = [t for t in a.terms if isinstance(t[0], IndexVar)] + [t for t in a.terms if not isinstance(t[0], IndexVar)]
+    for s, c in ordered:
         name = env.of(s)
         if c == 1:
             t = name
