@@ -262,3 +262,16 @@ def test_deconvolution_example_script_matches_numpy(capsys):
     deconvolution.main()
     out = capsys.readouterr().out
     assert "loss (reference evaluator)" in out
+
+
+@pytest.mark.parametrize(
+    "name, sizes",
+    [("image_denoising", dict(H=4, W=5)), ("batched_kernel_fit", dict(B=3, N=7, M=3)),
+     ("sparse_factorization", dict(N=6, M=5, K=2, density=0.3))],
+)
+def test_examples_match_their_numpy_reference(name, sizes):
+    import importlib
+
+    mod = importlib.import_module(f"examples.{name}")
+    data = mod.random_inputs(**sizes, seed=3)
+    assert tl.evaluate(mod.loss, **data) == pytest.approx(mod.reference(data), rel=1e-12)
