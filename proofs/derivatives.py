@@ -243,7 +243,7 @@ ADJOINT = {
     "6.27": ("<dY | D⟦π0 e⟧σ> ==> <(dY, 0) | D⟦e⟧σ>", _pair_in_one, None),
     "6.28": ("<(dY0, 0) | e> ⊕ <(0, dY1) | e> ==> <(dY0, dY1) | e>", _pair_in, None),
     "6.31": ("dlet dX = D⟦e0⟧σ in (<e1 | dX>_[p] ⊕ e^S) ==> let dX = e1 in (<dX | D⟦e0⟧σ>_[p] ⊕ e^S)", _fanout, None),
-    "6.32": ("dlet dX = D⟦e0⟧σ in e^S ==> e^S, dX ∉ FV(e^S)", _dead, None),
+    "6.32": ("dlet dX = D⟦e0⟧σ in e^S ==> e^S, dX ∉ FV(e^S)", _const_input, "y"),
     "6.33": ("<e | D⟦X⟧(σ[X ↦ dX])>_[p] ==> <e | dX>_[p]", _mul, None),
     "6.34": ("<e | D⟦X⟧σ>_[p] ==> ZERO, X ∉ σ", _const_input, "y"),
     "6.35": ("<e | D⟦C⟧σ>_[p] ==> ZERO", _const, None),
