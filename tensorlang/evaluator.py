@@ -276,7 +276,7 @@ def infer_sizes(constraints, given: dict) -> dict:
     raises InputError naming the input whose shape is inconsistent.
     """
     sizes = dict(given)
-    source = {k: "given explicitly" for k in given}  # where each size came from, for messages
+    source = {k: f"the argument {k}={v}" for k, v in given.items()}  # where each size came from, for messages
     pending = list(constraints)
     progress = True
     while pending and progress:

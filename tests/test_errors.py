@@ -256,3 +256,8 @@ def test_bad_names_and_constants():
         tl.const(True)
     with raises(tl.TensorLangError, "at least one extent"):
         tl.tensor("t")
+
+
+def test_explicit_size_contradicting_a_shape():
+    with raises(InputError, "input x", "length 3", "n = 4", "argument n=4"):
+        tl.evaluate(tl.sum(n, lambda i: x[i]), x=np.ones(3), n=4)
