@@ -68,6 +68,7 @@ from .ir import (
     SizeVar,
     Sum,
     Var,
+    as_aff,
     conj,
     free_indices,
     fresh_index,
@@ -79,7 +80,7 @@ from .ir import (
     walk,
 )
 from .sharing import explicit_sharing
-from .typecheck import check_program
+from .typecheck import check_program, type_of
 
 ADD = "add"
 MUL = "mul"
@@ -195,28 +196,41 @@ def _bound(B) -> frozenset:
     return frozenset(i for i, _ in B)
 
 
-def cost_terms(expr: Expr, *, share: bool = True) -> dict:
+def cost_terms(expr: Expr, *, share: bool = True, context=((), TRUE)) -> dict:
     """The count terms of ``expr``: ``{(binders, pred): {kind: coeff}}``.
 
     ``kind`` is ``"add"``, ``"mul"`` or ``"call:<fn>"``; the cost is
-    ``Σ coeff · #{binders : pred}``.  Memoized on the (shared) program.
+    ``Σ coeff · #{binders : pred}``.  ``context = (binders, pred)`` costs an
+    open term at every point of ``{binders : pred}`` (its free indices must
+    be bound there).  Memoized on the (shared) program.
     """
     if not isinstance(expr, Expr):
         raise TensorLangError(f"cost: expected an expression, got {expr!r}")
-    check_program(expr)
+    B0, P0 = tuple(context[0]), context[1]
+    if B0 or P0 is not TRUE:
+        type_of(expr)
+        bound = _bound(B0)
+        loose = (free_indices(expr) | free_indices(P0)) - bound
+        for _, n in B0:
+            loose |= n.index_vars() - bound
+        if loose:
+            names = ", ".join(sorted(repr(i) for i in loose))
+            raise TensorLangError(f"cost: free index variable(s) {names} of {describe(expr)} are not in the context")
+    else:
+        check_program(expr)
     if share:
         expr = explicit_sharing(expr)
-    m = meta(expr)
-    got = m.get("cost_terms")
+    memo = meta(expr).setdefault("cost_terms", {})
+    got = memo.get((B0, P0))
     if got is None:
         c = _Collector()
-        c.go(expr, (), TRUE)
+        c.go(expr, B0, P0)
         acc: dict = defaultdict(lambda: defaultdict(int))
         for kind, coeff, B, P in c.terms:
             acc[(B, P)][kind] += coeff
         got = {k: {kk: v for kk, v in d.items() if v} for k, d in acc.items()}
         got = {k: d for k, d in got.items() if d}
-        m["cost_terms"] = got
+        memo[(B0, P0)] = got
     return got
 
 
@@ -422,8 +436,21 @@ def cost_breakdown(expr: Expr, **sizes_and_relations) -> dict:
     ``{"adds": int, "mults": int, "calls": {fn: int}}`` (their sum is
     :func:`cost`).  Sizes are keywords (``n=1000``); relation data are
     keywords too (``R=bool array`` or integer coordinate rows)."""
-    terms = cost_terms(expr)
-    sizes, rels = _parse_kwargs(expr, sizes_and_relations)
+    return _breakdown(cost_terms(expr), expr, sizes_and_relations)
+
+
+def cost_over(expr: Expr, binders, pred: Pred = TRUE, **sizes_and_relations) -> dict:
+    """``Σ_{σ ∈ {binders : pred}} $⟦expr⟧σ`` for an open term (free index
+    variables bound by ``binders``, a sequence of ``(IndexVar, extent)``,
+    outermost first), as a breakdown like :func:`cost_breakdown`.  For
+    per-rule cost oracles, whose sides are sub-terms under binders."""
+    context = (tuple((i, as_aff(n)) for i, n in binders), pred)
+    carrier = Iverson(pred, expr)
+    return _breakdown(cost_terms(expr, context=context), carrier, sizes_and_relations)
+
+
+def _breakdown(terms: dict, carrier: Expr, kwargs: dict) -> dict:
+    sizes, rels = _parse_kwargs(carrier, kwargs)
     out = {"adds": 0, "mults": 0, "calls": {}}
     for (B, P), kinds in terms.items():
         k = count_at(B, P, sizes, rels)
@@ -454,7 +481,7 @@ def __getattr__(name):
     # symbolic entry points live in cost_symbolic (loaded on first use)
     if name in ("symbolic_cost", "symbolic_cost_breakdown", "symbolic_cost_conditions", "symbolic_io_cost",
                 "symbolic_inner_product_cost", "symbolic_type_cost", "relation_count_symbol",
-                "relation_count_values", "symbolic_extended_cost"):
+                "relation_count_values", "symbolic_extended_cost", "symbolic_cost_over"):
         from . import cost_symbolic
 
         return getattr(cost_symbolic, name)

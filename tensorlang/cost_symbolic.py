@@ -60,6 +60,7 @@ from .ir import (
     Type,
     conj,
     free_indices,
+    make_gens,
     input_vars,
     size_vars,
 )
@@ -272,8 +273,47 @@ def _context(params) -> isl.Set:
 def _to_sympy(pw, params):
     if pw is None:
         return sympy.Integer(0)
-    pw = pw.coalesce().gist_params(_context(params)).coalesce()
-    return ib.pwqp_to_sympy(pw, ib.Names([], params))
+    return ib.pwqp_to_sympy(_simplify_pw(pw, _context(params)), ib.Names([], params))
+
+
+def _simplify_pw(pw, ctx):
+    """Simplify under the size conditions ``ctx``; when one piece's
+    quasi-polynomial equals the count everywhere in ``ctx`` (a boundary piece
+    such as ``0 if n = 1`` that the polynomial also gives), return just it."""
+    pw = pw.coalesce().gist_params(ctx).coalesce()
+    if pw.n_piece() == 0:
+        return pw
+    for _, q in pw.get_pieces():
+        cand = isl.PwQPolynomial.alloc(ctx, q)
+        if _zero_on_ctx(pw.sub(cand).gist_params(ctx)):
+            return cand.gist_params(ctx)
+    return pw
+
+
+def _zero_on_ctx(diff, limit: int = 256) -> bool:
+    """Is the piecewise quasi-polynomial 0 at every point?  Pieces with a
+    non-zero polynomial must have a small finite domain, checked point by point."""
+    for dom, q in diff.get_pieces():
+        if q.plain_is_equal(isl.QPolynomial.zero_on_domain(q.get_domain_space())):
+            continue
+        k = dom.dim(isl.dim_type.param)
+        pts = dom.move_dims(isl.dim_type.set, 0, isl.dim_type.param, 0, k)
+        if not pts.is_bounded():
+            return False
+        found: list = []
+        try:
+            pts.foreach_point(lambda p: found.append(p) if len(found) <= limit else None)
+        except Exception:  # pragma: no cover - isl refuses to enumerate
+            return False
+        if len(found) > limit:
+            return False
+        for p in found:
+            at = isl.Point.zero(q.get_domain_space())
+            for d in range(k):
+                at = at.set_coordinate_val(isl.dim_type.param, d, p.get_coordinate_val(isl.dim_type.set, d))
+            if not q.eval(at).is_zero():
+                return False
+    return True
 
 
 class _Acc:
@@ -313,9 +353,11 @@ def _simplify(x):
     return sympy.expand(x)
 
 
-def _accumulate(expr: Expr) -> _Acc:
+def _accumulate(expr: Expr, context=((), TRUE)) -> _Acc:
     shared = explicit_sharing(expr)
-    terms = cost_terms(expr)
+    terms = cost_terms(expr, context=context)
+    if context[0] or context[1] is not TRUE:
+        shared = Iverson(context[1], make_gens(context[0], shared))  # carries every size
     params = _params(shared)
     acc = _Acc(params)
     for (B, P), kinds in terms.items():
@@ -354,6 +396,15 @@ def symbolic_cost(expr: Expr):
     for relational predicates (module docstring).  Valid for all sizes >= 1
     (:func:`symbolic_cost_conditions`)."""
     acc = _accumulate(expr)
+    return acc.value(acc.kinds())
+
+
+def symbolic_cost_over(expr: Expr, binders, pred: Pred = TRUE):
+    """``Σ_{σ ∈ {binders : pred}} $⟦expr⟧σ`` for an open term, in the size
+    symbols (see ``cost.cost_over``)."""
+    from .ir import as_aff
+
+    acc = _accumulate(expr, (tuple((i, as_aff(n)) for i, n in binders), pred))
     return acc.value(acc.kinds())
 
 

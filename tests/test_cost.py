@@ -317,3 +317,18 @@ def test_figure17_meta_terms():
     term = ar.DLet(dv, d, ar.OPlus((ip,)))
     assert C.extended_cost(term, n=5) == 4 * 5 - 1 + 5
     assert sympy.expand(C.symbolic_extended_cost(term) - (5 * N - 1)) == 0
+
+
+def test_cost_of_an_open_term_over_a_context():
+    # x[i]·x[j] + 1 at every point of {i < n, j < n : i < j}: 1 mult and 1 add
+    # at each of the n(n-1)/2 points
+    n = tl.size("n")
+    x = tl.tensor("x", n)
+    i, j = IndexVar("i", fresh_uid()), IndexVar("j", fresh_uid())
+    term = x[sym_aff(i)] * x[sym_aff(j)] + 1
+    ctx = [(i, n), (j, n)]
+    p = sym_aff(i) < sym_aff(j)
+    assert C.cost_over(term, ctx, p, n=5) == {"adds": 10, "mults": 10, "calls": {}}
+    assert sympy.expand(C.symbolic_cost_over(term, ctx, p) - N * (N - 1)) == 0
+    with pytest.raises(tl.TensorLangError, match="free index"):
+        C.cost_over(term, ctx[:1], n=5)
