@@ -19,6 +19,7 @@ import numba
 from numba import prange
 
 _OPTS = dict(cache=True, nogil=True, error_model="numpy")
+U = np.uint64  # indices proven in bounds are non-negative: no wraparound test
 '''
 
 HELPERS = {

@@ -43,13 +43,16 @@ class Scope:
     are isl constraint texts over them.
     """
 
-    def __init__(self, symmap: dict, params: list, cons: list):
+    def __init__(self, symmap: dict, params: list, cons: list, facts=None):
         self.symmap = symmap
         self.params = params
         self.cons = cons
+        # shared by a kernel's scopes: facts['positive'] = the size params, and
+        # facts['needs_positive'] is set when a proof needed every size >= 1
+        self.facts = facts if facts is not None else {"positive": [], "needs_positive": False}
 
     def child(self, syms: dict = None, params=(), cons=()) -> "Scope":
-        return Scope({**self.symmap, **(syms or {})}, self.params + list(params), self.cons + list(cons))
+        return Scope({**self.symmap, **(syms or {})}, self.params + list(params), self.cons + list(cons), self.facts)
 
     def names(self) -> Names:
         nm = Names([], [])
@@ -125,7 +128,14 @@ def prove_access(scope: Scope, idx: tuple, extents: tuple, node) -> None:
     """Raise unless every index of an access lies in its extent under ``scope``."""
     for a, n in zip(idx, extents):
         cond = f"0 <= {scope.aff(a)} < {scope.aff(n)}"
-        if not scope.holds(cond):
+        if scope.holds(cond):
+            continue
+        # Many programs index x[n - 1] unguarded: in bounds for every size >= 1.
+        # Such a kernel records it, and calls with a zero size run the evaluator.
+        pos = scope.child(cons=[f"{p} >= 1" for p in scope.facts["positive"]])
+        if pos.holds(cond):
+            scope.facts["needs_positive"] = True
+        else:
             raise TensorLangError(
                 f"cannot prove the access {describe(node)} in bounds: index {a} may leave [0, {n}) "
                 "where it is evaluated; guard it with an Iverson bracket"

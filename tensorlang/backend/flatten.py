@@ -31,6 +31,7 @@ from ..ir import (
     Let,
     Mul,
     Pair,
+    PairT,
     Proj,
     RealT,
     Sum,
@@ -56,37 +57,98 @@ def flatten(expr: Expr) -> Expr:
 
 def _top(e: Expr, binds: list) -> Expr:
     while isinstance(e, Let):
+        if _pairlike(e.var.type):  # pair elimination (Fig. 8): one let per component
+            rep = _bind_pair(_value(e.value, binds, {}), e.var, binds)
+            e = subst(e.body, vals={e.var: _wrap(rep, e.var.type)})
+            continue
         binds.append((e.var, _rhs(e.value, binds)))
         e = e.body
-    if isinstance(e, Pair):
-        return Pair(_top(e.fst, binds), _top(e.snd, binds))
+    if _pairlike(type_of(e)):
+        v = _value(e, binds, {})
+        if isinstance(v, Pair):
+            return Pair(_top(v.fst, binds), _top(v.snd, binds))
+        if _alias(v):
+            return Pair(_top(Proj(0, v), binds), _top(Proj(1, v), binds))
+        return v
     return _rhs(e, binds)
 
 
-def _rhs(e: Expr, binds: list) -> Expr:
+def _bind_pair(v: Expr, var: Var, binds: list) -> Expr:
+    """Bind each component of a pair value; returns the pair of variables."""
+    if _alias(v):
+        return v
+    if not isinstance(v, Pair):
+        raise UnsupportedError(f"the backend cannot lower the pair-valued binding {describe(v)}")
+    parts = []
+    for k, (c, ct) in enumerate(zip((v.fst, v.snd), _split_type(var.type))):
+        w = fresh_var(f"{var.name}{k}", ct)
+        if _pairlike(ct):
+            parts.append(_bind_pair(_value(c, binds, {}), w, binds))
+        else:
+            binds.append((w, _rhs(c, binds)))
+            parts.append(w)
+    return Pair(parts[0], parts[1])
+
+
+def _wrap(rep: Expr, t) -> Expr:
+    """A well-typed value of type ``t`` from its struct-of-arrays components
+    (``[n](A x B)`` from ``(a, b)`` is ``gen[i:n] (a[i], b[i])``)."""
+    if not _pairlike(t) or _alias(rep) and not isinstance(rep, Pair) and not isinstance(t, TensorT):
+        return rep
+    if isinstance(t, PairT):
+        if not isinstance(rep, Pair):
+            return rep
+        return Pair(_wrap(rep.fst, t.fst), _wrap(rep.snd, t.snd))
+    if not isinstance(rep, Pair):
+        return rep  # an input of array-of-structs type: left for the caller to refuse
+    i = fresh_index("i")
+    return Gen(i, t.extent, _wrap(_index_rep(rep, sym_aff(i)), t.elem))
+
+
+def _index_rep(rep: Expr, a) -> Expr:
+    if isinstance(rep, Pair):
+        return Pair(_index_rep(rep.fst, a), _index_rep(rep.snd, a))
+    return Access(rep, a)
+
+
+def _pairlike(t) -> bool:
+    while isinstance(t, TensorT):
+        t = t.elem
+    return isinstance(t, PairT)
+
+
+def _split_type(t):
+    """[n](A x B) -> ([n]A, [n]B) (struct of arrays)."""
+    if isinstance(t, PairT):
+        return t.fst, t.snd
+    a, b = _split_type(t.elem)
+    return TensorT(t.extent, a), TensorT(t.extent, b)
+
+
+def _rhs(e: Expr, binds: list, top: bool = True) -> Expr:
     """A right-hand side: gens of a scalar, or an alias."""
     match e:
         case Let(var=v, value=e0, body=e1):
             binds.append((v, _rhs(e0, binds)))
             return _rhs(e1, binds)
         case Gen(var=i, extent=n, body=b):
-            return Gen(i, n, _rhs(b, binds))
+            return Gen(i, n, _rhs(b, binds, False))
         case Iverson(pred=p, body=Gen(var=i, extent=n, body=b)):
             if i in free_indices(p):
                 j = fresh_index(i.name)
                 b = subst(b, idx={i: sym_aff(j)})
                 i = j
-            return _rhs(Gen(i, n, Iverson(p, b)), binds)
-        case Var() | Proj() if _alias(e):
+            return _rhs(Gen(i, n, Iverson(p, b)), binds, top)
+        case Var() | Proj() if top and _alias(e):
             return e
         case Proj(index=k, arg=Pair(fst=a, snd=b)):
-            return _rhs(a if k == 0 else b, binds)
+            return _rhs(a if k == 0 else b, binds, top)
         case Pair():
             return e  # a pair-valued binding: left for the caller to refuse
     t = type_of(e)
     if isinstance(t, TensorT):
         j = fresh_index("j")
-        return _rhs(Gen(j, t.extent, Access(e, sym_aff(j))), binds)
+        return _rhs(Gen(j, t.extent, Access(e, sym_aff(j))), binds, top)
     if not isinstance(t, RealT):
         return e
     return _scalar(e, binds, {})
@@ -106,9 +168,14 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
     match e:
         case Const() | Var():
             out = e
-        case Proj(index=k, arg=a):
-            a2 = _value(a, binds, memo)
-            out = (a2.fst if k == 0 else a2.snd) if isinstance(a2, Pair) else Proj(k, a2)
+        case Proj():
+            v = _value(e, binds, memo)
+            if v is e:
+                if not _alias(e):
+                    raise UnsupportedError(f"the backend cannot lower {describe(e)}")
+                out = e
+            else:
+                out = _scalar(v, binds, memo)
         case Add(lhs=a, rhs=b):
             out = Add(_scalar(a, binds, memo), _scalar(b, binds, memo))
         case Mul(lhs=a, rhs=b):
@@ -122,6 +189,13 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
         case Let(var=v, value=e0, body=e1):
             if isinstance(v.type, RealT):
                 out = Let(v, _scalar(e0, binds, memo), _scalar(e1, binds, memo))
+            elif isinstance(v.type, PairT) and all(isinstance(t, RealT) for t in (v.type.fst, v.type.snd)):
+                pv = _value(e0, binds, memo)
+                if not isinstance(pv, Pair):
+                    raise UnsupportedError(f"the backend cannot lower the pair let {describe(e)}")
+                w0, w1 = fresh_var(v.name + "0", v.type.fst), fresh_var(v.name + "1", v.type.snd)
+                body = subst(e1, vals={v: Pair(w0, w1)})
+                out = Let(w0, _scalar(pv.fst, binds, memo), Let(w1, _scalar(pv.snd, binds, memo), _scalar(body, binds, memo)))
             elif not free_indices(e0):
                 binds.append((v, _rhs(e0, binds)))
                 out = _scalar(e1, binds, memo)
@@ -137,16 +211,44 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
 
 
 def _value(e: Expr, binds: list, memo: dict) -> Expr:
-    """A non-scalar operand of an access or projection, simplified."""
+    """A non-scalar operand of an access or projection, simplified: pairs
+    pushed out of projections, brackets, generators and accesses (Fig. 8),
+    accesses of generators beta-reduced, closed lets lifted."""
+    if _alias(e) and isinstance(type_of(e), PairT):
+        return Pair(Proj(0, e), Proj(1, e))
     match e:
-        case Pair(fst=a, snd=b):
-            return Pair(a, b)
+        case Pair():
+            return e
         case Proj(index=k, arg=a):
+            if _alias(a):
+                return e
             a2 = _value(a, binds, memo)
             if isinstance(a2, Pair):
                 return _value(a2.fst if k == 0 else a2.snd, binds, memo)
             return Proj(k, a2)
+        case Iverson(pred=p, body=b):
+            b2 = _value(b, binds, memo)
+            if isinstance(b2, Pair):
+                return Pair(Iverson(p, b2.fst), Iverson(p, b2.snd))
+            return Iverson(p, b2)
+        case Gen(var=i, extent=n, body=b) if isinstance(type_of(b), PairT):
+            b2 = _value(b, binds, memo)
+            if isinstance(b2, Pair):
+                return Pair(Gen(i, n, b2.fst), Gen(i, n, b2.snd))
+            return e
+        case Access(arr=a, index=ix):
+            a2 = _value(a, binds, memo)
+            if isinstance(a2, Pair):
+                return Pair(Access(a2.fst, ix), Access(a2.snd, ix))
+            if isinstance(a2, Gen):
+                return _value(subst(a2.body, idx={a2.var: ix}), binds, memo)
+            if isinstance(a2, Iverson):
+                return _value(Iverson(a2.pred, Access(a2.body, ix)), binds, memo)
+            return Access(a2, ix)
         case Let(var=v, value=e0, body=e1) if not free_indices(e0):
+            if isinstance(v.type, PairT):
+                rep = _bind_pair(_value(e0, binds, memo), v, binds)
+                return _value(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
             binds.append((v, _rhs(e0, binds)))
             return _value(e1, binds, memo)
         case _:
@@ -164,10 +266,6 @@ def _access(base: Expr, idx: list, binds: list, memo: dict) -> Expr:
         return _scalar(base, binds, memo)
     if _alias(base):
         return _access_expr(base, idx)
-    if not free_indices(base):
-        v = fresh_var("t", type_of(base))
-        binds.append((v, _rhs(base, binds)))
-        return _access_expr(v, idx)
     raise UnsupportedError(f"the backend cannot index {describe(base)}")
 
 

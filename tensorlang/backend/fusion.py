@@ -161,6 +161,7 @@ class _Uses:
     def __init__(self):
         self.sites = []  # (index tuple, binder list, predicate list)
         self.other = False  # a use that is not a full access
+        self.nodes = []  # the access node of each site
 
 
 def _collect(e: Expr, x: Var, rank: int, binders: list, preds: list, acc: _Uses) -> None:
@@ -174,6 +175,7 @@ def _collect(e: Expr, x: Var, rank: int, binders: list, preds: list, acc: _Uses)
             base, idx = accesses(e)
             if base is x and len(idx) == rank:
                 acc.sites.append((idx, list(binders), list(preds)))
+                acc.nodes.append(e)
             else:
                 acc.other = True
         case Gen(var=i, extent=n, body=b) | Sum(var=i, extent=n, body=b):
@@ -259,6 +261,22 @@ def _in_bounds_site(site, extents, base: Scope) -> bool:
         return False
 
 
+def _same(xs, ys) -> bool:
+    return len(xs) == len(ys) and all(a is b for a, b in zip(xs, ys))
+
+
+def _one_use(acc: _Uses) -> bool:
+    """One use, or several occurrences of one access node in one context
+    (``t[i] + t[i]``): substitution yields one shared node, which the
+    lowering computes once per point (common sub-expressions of a scope)."""
+    first = acc.nodes[0]
+    _, b0, p0 = acc.sites[0]
+    return all(
+        n is first and _same([v for v, _ in b], [v for v, _ in b0]) and _same(p, p0)
+        for n, (_, b, p) in zip(acc.nodes, acc.sites)
+    )
+
+
 def fuse(binds, outs, base: Scope):
     """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc)."""
     binds = list(binds)
@@ -279,9 +297,7 @@ def fuse(binds, outs, base: Scope):
                 break
             if acc.other or not all(_in_bounds_site(s, [n for _, n in g], base) for s in acc.sites):
                 continue
-            ok = zero_cost(body) or (
-                len(acc.sites) == 1 and (g or False) and _injective_site(acc.sites[0], base)
-            )
+            ok = zero_cost(body) or (bool(g) and _one_use(acc) and _injective_site(acc.sites[0], base))
             if not ok:
                 continue
             gv = [i for i, _ in g]

@@ -173,7 +173,7 @@ class Lowerer:
         symmap = {s: size_name(s) for s in self.sizes}
         params = [size_name(s) for s in self.sizes]
         cons = [f"{p} >= 0" for p in params]
-        self.scope0 = Scope(symmap, params, cons)
+        self.scope0 = Scope(symmap, params, cons, {"positive": list(params), "needs_positive": False})
         self.leaves: dict = {}  # (Var, path) -> (python name, extents)
         for v in input_vars(program):
             for path, t in _leaves(v.type):
@@ -209,7 +209,7 @@ class Lowerer:
 
         def emit(sc, dims):
             st, code = self.scalar(s, sc)
-            return st + [Store(name, tuple(dims), code)]
+            return st + [Store(name, tuple(_uindex(d) for d in dims), code)]
 
         stmts, full = self.block(gb, p, self.scope0, emit, "gen")
         alloc = Alloc(name, tuple(self.py_aff(n, self.scope0) for n in ext), not full, role, x.name)
@@ -348,7 +348,9 @@ class Lowerer:
                 if len(idx) != len(ext):
                     raise UnsupportedError(f"partial access {describe(e)}")
                 prove_access(sc, idx, ext, e)
-                return [], f"{name}[{', '.join(self.py_aff(a, sc) for a in idx)}]"
+                # proven in bounds, hence >= 0: an unsigned index spares Numba's
+                # negative-index wraparound test, which blocks vectorisation
+                return [], f"{name}[{', '.join(_uindex(self.py_aff(a, sc)) for a in idx)}]"
             case Add(lhs=a, rhs=b):
                 s1, c1 = self.scalar(a, sc)
                 s2, c2 = self.scalar(b, sc)
@@ -495,6 +497,10 @@ def _subterms(x):
             return ()
 
 
+def _uindex(code: str) -> str:
+    return f"U({code})"
+
+
 def _rel_name(r) -> str:
     return "rel_" + py_ident(r.name)
 
@@ -577,6 +583,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "outputs": _out_spec(out, outs),
         "work": work,
         "mode": mode,
+        "needs_positive_sizes": lw.scope0.facts["needs_positive"],
     }
     return ir, spec
 
