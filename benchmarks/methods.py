@@ -27,7 +27,7 @@ class Impl:
     make_grad: Callable[[], Callable[[], object]]
     value: Callable[[object], float]  # primal output -> float
     grads: Callable[[object], dict]  # gradient output -> {wrt name: ndarray}
-    note: str = ""
+    note: object = ""  # a string, or a callable giving one after the first calls
 
 
 def split_args(spec_args, data):

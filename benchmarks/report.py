@@ -23,7 +23,8 @@ def _size_label(row):
 def _status(row):
     st = row["status"]
     if st == "ok":
-        return "ok"
+        # tensorlang rows say how they ran (compiled kernel or evaluator fallback)
+        return f"ok ({row['note']})" if row.get("note") and row["method"].startswith("tensorlang") else "ok"
     reason = (row.get("reason") or "").replace("|", "/").replace("\n", " ")
     return f"**{st}**: {reason[:110]}" if st in ("FAILED", "ERROR", "CRASH", "TIMEOUT", "OOM") else f"{st}: {reason[:110]}"
 
@@ -75,7 +76,9 @@ def markdown(doc) -> str:
         "torch.set_num_threads).  Times are medians after one warm-up call "
         f"(<= {m['repeats']} repeats or {m['budget_s']} s); compile = factory + first call (includes tracing/JIT).  "
         f"Timeout {m['timeout_s']:g} s per task, memory limit {m['mem_limit_gb']:g} GB per process.  "
-        f"Every gradient is checked against the NumPy reference (relative tolerance {m['tol']:g}) before timing.", "",
+        f"Every gradient is checked against the NumPy reference (relative tolerance {m['tol']:g}) before timing."
+        + (f"  {m['jobs']} methods ran at the same time (smoke-run timings, not for comparison)." if m.get("jobs", 1) > 1
+           else ""), "",
         "Versions: " + "; ".join(f"{k}: {v}" for k, v in m.get("versions", {}).items() if v) + ".", "",
         f"tensorlang stages present: {m['tensorlang_stages']}.", "",
         "## Goals (issue #8)", "",
@@ -107,7 +110,8 @@ def markdown(doc) -> str:
         cs = [costs.get((name, s)) for s in sizes]
         if any(cs):
             lines += ["", "Cost model (Fig. 6 operation counts):", "",
-                      "| size | primal ops | gradient ops | ratio | naive-adjoint ops | status |", "|---|---:|---:|---:|---:|---|"]
+                      "| size | primal ops | normalized primal ops | gradient ops | ratio | naive-adjoint ops | status |",
+                      "|---|---:|---:|---:|---:|---:|---|"]
             for s, c in zip(sizes, cs):
                 if c is None:
                     continue
@@ -115,7 +119,8 @@ def markdown(doc) -> str:
                 note = _status(c) if c["status"] != "ok" else "; ".join(
                     f"{k}: {v[:90]}" for k, v in cc.items() if k.endswith("_error")) or "ok"
                 ratio = f"{cc['ratio']:.2f}" if "ratio" in cc else ""
-                lines.append(f"| {_size_label(c)} | {cc.get('primal', '')} | {cc.get('grad', '')} | {ratio} | "
+                lines.append(f"| {_size_label(c)} | {cc.get('primal', '')} | {cc.get('primal_normalized', '')} | "
+                             f"{cc.get('grad', '')} | {ratio} | "
                              f"{cc.get('grad_naive', '')} | {note} |")
         lines.append("")
     return "\n".join(lines) + "\n"
@@ -136,10 +141,10 @@ def plots(doc, out: Path) -> list:
     for name, per_method in by_w.items():
         info = doc["workloads"][name]
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
-        for k, method in enumerate(sorted(per_method, key=lambda mm: METHODS.index(mm) if mm in METHODS else 99)):
+        for method in sorted(per_method, key=lambda mm: METHODS.index(mm) if mm in METHODS else 99):
             rs = sorted(per_method[method], key=lambda r: r["size"])
             xs = [r["size"] for r in rs]
-            color = f"C{k}"
+            color = f"C{METHODS.index(method) % 10}" if method in METHODS else "k"  # same colour in every plot
             ax.plot(xs, [r["grad_s"] for r in rs], "o-", color=color, label=f"{method} gradient")
             ax.plot(xs, [r["primal_s"] for r in rs], "x--", color=color, alpha=0.6, label=f"{method} primal")
         ax.set_xscale("log")

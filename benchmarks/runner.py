@@ -19,10 +19,12 @@ import json
 import os
 import platform
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import workloads as W
@@ -31,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TAG = b"@@BENCH@@ "
 METHODS = ("tensorlang", "tensorlang-naive", "jax", "torch", "autograd", "numba-hand")
 COST = "tensorlang-cost"
-RUN_ORDER = ("numba-hand", "jax", "torch", "autograd", "tensorlang", "tensorlang-naive", COST)
+# slowest first, so that with --jobs 2 the compile-heavy tensorlang runs overlap the baselines
+RUN_ORDER = ("tensorlang-naive", "tensorlang", COST, "numba-hand", "jax", "torch", "autograd")
 
 
 def parse_args(argv):
@@ -43,22 +46,28 @@ def parse_args(argv):
     p.add_argument("--out", default="bench-results", help="output directory (default: bench-results)")
     p.add_argument("--methods", default=",".join(METHODS + (COST,)),
                    help=f"comma-separated subset of {', '.join(METHODS + (COST,))}")
-    p.add_argument("--timeout", type=float, help="seconds per task (default 60 quick, 600 full)")
+    p.add_argument("--timeout", type=float, help="seconds per task (default 10 quick, 600 full)")
     p.add_argument("--repeats", type=int, help="max timed repeats (default 3 quick, 7 full)")
     p.add_argument("--budget", type=float, help="seconds of timed calls per measurement (default 0.5 quick, 10 full)")
     p.add_argument("--threads", type=int, default=1, help="threads for every framework (default 1)")
+    p.add_argument("--jobs", type=int, help="methods run at the same time (default 2 quick, 1 full: timings need a quiet machine)")
     p.add_argument("--mem-limit-gb", type=float, default=8.0, help="kill a method's process above this RSS")
     p.add_argument("--tol", type=float, default=1e-6, help="max relative error of a gradient")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--kernel-cache", choices=("fresh", "shared"),
+                   help="tensorlang kernel cache: fresh (in --out, emptied first: compile times are real; "
+                        "default for full runs) or shared (the user's cache; default for --quick)")
     a = p.parse_args(argv)
     a.methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in a.methods if m not in METHODS + (COST,)]
     if bad:
         p.error(f"unknown method(s) {bad}")
-    a.timeout = a.timeout or (60.0 if a.quick else 600.0)
+    a.timeout = a.timeout or (10.0 if a.quick else 600.0)
     a.repeats = a.repeats or (3 if a.quick else 7)
     a.budget = a.budget if a.budget is not None else (0.5 if a.quick else 10.0)
+    a.jobs = max(1, a.jobs or (2 if a.quick else 1))
+    a.kernel_cache = a.kernel_cache or ("shared" if a.quick else "fresh")
     return a
 
 
@@ -227,11 +236,16 @@ def main(argv=None) -> int:
     log = sys.stderr
     tasks = plan(args)
     env = thread_env(args.threads)
+    if args.kernel_cache == "fresh":
+        cache = (out / ".tensorlang-cache").resolve()
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir()
+        env["TENSORLANG_CACHE_DIR"] = str(cache)
     meta = {"command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
             "mode": "quick" if args.quick else "full", "machine": machine_info(args.threads),
             "thread_env": {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                "NUMBA_NUM_THREADS", "XLA_FLAGS") if k in env},
-            "timeout_s": args.timeout, "repeats": args.repeats, "budget_s": args.budget,
+            "jobs": args.jobs, "kernel_cache": args.kernel_cache, "timeout_s": args.timeout, "repeats": args.repeats, "budget_s": args.budget,
             "mem_limit_gb": args.mem_limit_gb, "tol": args.tol, "seed": args.seed}
     from .tl_impl import stages
 
@@ -247,8 +261,12 @@ def main(argv=None) -> int:
                   file=log)
 
     rows, costs, versions = [], [], {}
-    for method in [m for m in RUN_ORDER if m in args.methods]:
-        res, ver = run_method(method, tasks, args, env, log)
+    order = [m for m in RUN_ORDER if m in args.methods]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {m: pool.submit(run_method, m, tasks, args, env, log) for m in order}
+        done = {m: f.result() for m, f in futures.items()}
+    for method in order:
+        res, ver = done[method]
         versions[method] = ver
         for t in tasks:
             r = res.get(t["id"], {"status": "CRASH", "reason": "no result"})

@@ -125,7 +125,7 @@ def run_task(method: str, builder, task: dict, cfg: dict) -> dict:
     with PeakSampler() as peak:
         try:
             impl = builder(w, data, sizes)
-            res["note"] = impl.note
+            res["note"] = impl.note if isinstance(impl.note, str) else ""
             t = time.perf_counter()
             gfn = impl.make_grad()
             gout = gfn()
@@ -152,6 +152,7 @@ def run_task(method: str, builder, task: dict, cfg: dict) -> dict:
                 pfn()
             gt = measure(gfn, repeats, budget)
             pt = measure(pfn, repeats, budget)
+            res["note"] = impl.note() if callable(impl.note) else impl.note
             res.update(status="ok", grad_s=statistics.median(gt), primal_s=statistics.median(pt),
                        grad_repeats=len(gt), primal_repeats=len(pt))
             res["ratio"] = res["grad_s"] / res["primal_s"] if res["primal_s"] > 0 else None
