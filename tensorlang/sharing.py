@@ -39,7 +39,6 @@ from .ir import (
     Let,
     Mul,
     Node,
-    Pred,
     Rel,
     Sum,
     TensorT,
