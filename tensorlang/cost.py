@@ -257,10 +257,16 @@ def count_affine(binders, pred: Pred, sizes: dict) -> int:
     return ib.count_text_at(text, values)
 
 
-ENUM_LIMIT = 50_000_000
+ENUM_LIMIT = 20_000_000
+
+
+class _TooMany(UnsupportedError):
+    """A relational domain too large to enumerate."""
 
 
 def _aff_vec(a, env: dict, sizes: dict, N: int):
+    if a.const == 0 and len(a.terms) == 1 and a.terms[0][1] == 1 and not isinstance(a.terms[0][0], SizeVar):
+        return env[a.terms[0][0]]  # a plain index: no arithmetic, no copy
     v = np.full(N, a.const, dtype=np.int64)
     for s, c in a.terms:
         if isinstance(s, SizeVar):
@@ -305,7 +311,7 @@ def _expand(env: dict, i: IndexVar, ext: np.ndarray, N: int):
     ext = np.maximum(ext, 0)
     total = int(ext.sum())
     if total > ENUM_LIMIT:
-        raise UnsupportedError(
+        raise _TooMany(
             f"counting a relational domain needs {total} index points; use smaller sizes or symbolic_cost"
         )
     rows = np.repeat(np.arange(N), ext)
@@ -350,6 +356,73 @@ def count_enumerate(binders, pred: Pred, sizes: dict, rels: dict) -> int:
     return N
 
 
+def _box(binders, pred: Pred, sizes: dict):
+    """An upper bound on the index points enumeration visits (None: unknown)."""
+    size = 1
+    extents = [n for _, n in binders] + [x.extent for x in walk(pred) if isinstance(x, Exists)]
+    for n in extents:
+        if n.index_vars():
+            return None
+        size *= max(n.evaluate(sizes), 0)
+    return size
+
+
+def _count_relational(binders, pred: Pred, sizes: dict, rels: dict) -> int:
+    """A relational group: by the data's count symbols when the domain has
+    that form and is large, else by enumerating it."""
+    box = _box(binders, pred, sizes)
+    if box is None or box > 1_000_000:
+        from .cost_symbolic import _relation_factor, relation_count_values
+
+        try:
+            factor, rest, aff = _relation_factor(binders, pred)
+        except UnsupportedError:
+            pass
+        else:
+            vals = relation_count_values(factor, **sizes, **rels)
+            return int(factor.subs(vals)) * count_affine(rest, aff, sizes)
+    return count_enumerate(binders, pred, sizes, rels)
+
+
+def count_components(binders, pred: Pred, sizes: dict, rels: dict) -> int:
+    """``#{binders : pred}`` as a product over independent groups of binders
+    (no conjunct or extent links two groups): affine groups are counted by
+    isl, relational ones by enumeration, so an index that a relation does not
+    mention never multiplies the enumeration."""
+    conjs = _conjuncts(pred)
+    index = {i: k for k, (i, _) in enumerate(binders)}
+    parent = list(range(len(binders)))
+
+    def find(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    def link(vs):
+        ks = [index[v] for v in vs if v in index]
+        for k in ks[1:]:
+            parent[find(k)] = find(ks[0])
+
+    for k, (i, n) in enumerate(binders):
+        link([i, *n.index_vars()])
+    for c in conjs:
+        link(list(free_indices(c)))
+    closed = [c for c in conjs if not (free_indices(c) & index.keys())]
+    if closed and not _pred_vec(conj(*closed), {}, sizes, rels, 1)[0]:
+        return 0
+    total = 1
+    for root in sorted({find(k) for k in range(len(binders))}):
+        group = tuple(b for k, b in enumerate(binders) if find(k) == root)
+        vars_ = {i for i, _ in group}
+        p = conj(*[c for c in conjs if free_indices(c) & vars_])
+        k = _count_relational(group, p, sizes, rels) if has_relation(p) else count_affine(group, p, sizes)
+        if not k:
+            return 0
+        total *= k
+    return total
+
+
 def count_at(binders, pred: Pred, sizes: dict, rels: dict | None = None) -> int:
     """``#{binders : pred}`` at concrete sizes (and relation data, by name)."""
     if has_relation(pred):
@@ -363,7 +436,7 @@ def count_at(binders, pred: Pred, sizes: dict, rels: dict | None = None) -> int:
             for s in n.size_vars():
                 if s.name not in sizes:
                     raise InputError(f"cost: no value for the size {s.name}; pass it as a keyword")
-        return count_enumerate(binders, pred, sizes, rels)
+        return count_components(binders, pred, sizes, rels)
     return count_affine(binders, pred, sizes)
 
 

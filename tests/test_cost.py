@@ -332,3 +332,19 @@ def test_cost_of_an_open_term_over_a_context():
     assert sympy.expand(C.symbolic_cost_over(term, ctx, p) - N * (N - 1)) == 0
     with pytest.raises(tl.TensorLangError, match="free index"):
         C.cost_over(term, ctx[:1], n=5)
+
+
+def test_large_relational_domains_are_counted_from_the_data():
+    # gen[k:n] gen[i:n] sum[j:m] [R(i,j)]·A[i,j]·A[k,j]: for each k, the
+    # sparse row sums cost nnz mults and nnz - (non-empty rows) adds, so
+    # n·(2·nnz - rows) in all.  (Large enough that the count goes through
+    # the relation's count symbols instead of enumerating the domain.)
+    n, m = tl.sizes("n m")
+    R = tl.relation("R", n, m)
+    A = tl.tensor("A", n, m)
+    e = tl.gen([n, n], lambda k, i: tl.sum(m, lambda j: tl.iverson(R(i, j), A[i, j] * A[k, j])))
+    rng = np.random.default_rng(3)
+    for shape in [(30, 40), (1500, 1000)]:
+        Rd = rng.random(shape) < 0.01
+        nnz, rows = int(Rd.sum()), int(Rd.any(axis=1).sum())
+        assert tl.cost(e, R=Rd) == shape[0] * (2 * nnz - rows)
