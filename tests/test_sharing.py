@@ -112,3 +112,13 @@ def test_each_repeated_term_has_one_let():
 
 
 _ = Var
+
+
+def test_the_cost_model_charges_the_deconvolution_intermediate_once():
+    """Hand count (Fig. 6): conv n·(m mults + m-1 adds); per i one subtraction
+    (an add and a ·(-1)) and one square; the outer sum n-1 adds."""
+    x, c, z = tl.tensor("x", n + m - 1), tl.tensor("c", m), tl.tensor("z", n)
+    conv = tl.gen(n, lambda i: tl.sum(m, lambda j: x[i - j + m - 1] * c[j]))
+    loss = tl.sum(n, lambda i: (conv[i] - z[i]) ** 2)
+    N, M = 1000, 16
+    assert tl.cost(loss, n=N, m=M) == N * (2 * M - 1) + 3 * N + (N - 1)
