@@ -276,6 +276,7 @@ class Tally:
     failures: list = field(default_factory=list)
     unavailable: list = field(default_factory=list)
     grid_only: bool = False
+    outside: int = 0  # instances outside the explicitly-shared precondition (cost by Fig. 6 enumeration)
     semantics: str = ""
     cost: str = ""
 
@@ -300,6 +301,9 @@ class Tally:
             return Result(self.number, self.title, NOT_EXERCISED if not self.unavailable else NOT_AVAIL,
                           self.instances, self.semantics, cost, why)
         detail = f"rule fired on {self.fired} of {self.instances} instances"
+        if self.outside:
+            detail += (f"; {self.outside} not in explicitly-shared form: cost by Figure 6 enumeration "
+                       "at the exact sizes instead of tl.cost")
         if self.unavailable:
             detail += "; partly unchecked: " + "; ".join(self.unavailable[:2])
         return Result(self.number, self.title, PASS, self.instances, self.semantics, cost, detail)

@@ -31,270 +31,19 @@ from .typecheck import check_program, type_of
 
 THEOREM_FACTOR = 4
 DEFAULT_SIZE = 100
-GRID = (1, 2, 3, 4, 5, 8, 16, 64, 1000)
-SMALL_GRID = (1, 2, 3, 5, 8)
 
 
-# --------------------------------------------------------------------------
-# Deciding "f(sizes) >= 0 for every size >= 1"
-
-
-@dataclass
-class Decision:
-    """Outcome of deciding ``expr >= 0`` for all sizes >= 1.
-
-    ``holds`` is True (proved, or no counterexample on the grid when
-    ``method`` says grid), False (a counterexample is given), None (could not
-    be evaluated).  ``method`` is ``"symbolic"`` or ``"grid"``.
-    """
-
-    holds: bool | None
-    method: str
-    detail: str = ""
-    counterexample: dict | None = None
-
-
-def size_sym(name: str) -> sympy.Symbol:
-    """The canonical sympy symbol of a size (an integer >= 1)."""
-    return sympy.Symbol(name, integer=True, positive=True)
-
-
-def canonical_symbols(expr) -> sympy.Expr:
-    """Re-express ``expr`` over :func:`size_sym` symbols (matched by name), so
-    costs from different modules combine whatever assumptions they used."""
-    expr = sympy.sympify(expr)
-    return expr.xreplace({s: size_sym(s.name) for s in expr.free_symbols})
-
-
-def _poly_nonneg_shifted(expr, syms, base: dict) -> bool | None:
-    """Prove ``expr >= 0`` for every ``s >= base[s]`` by substituting
-    ``s = base[s] + t`` and finding every coefficient of the resulting
-    polynomial in ``t >= 0`` non-negative.  None: not a polynomial."""
-    ts = {s: sympy.Symbol(f"t_{s.name}", nonnegative=True) for s in syms}
-    shifted = sympy.expand(expr.xreplace({s: base[s] + ts[s] for s in syms}))
-    if not shifted.free_symbols <= set(ts.values()):
-        return None
-    try:
-        poly = sympy.Poly(shifted, *ts.values()) if ts else None
-    except sympy.PolynomialError:
-        return None
-    if poly is None:
-        return bool(shifted >= 0) if shifted.is_number else None
-    coeffs = poly.coeffs()
-    if not all(c.is_number and c.is_real for c in coeffs):
-        return None
-    return all(c >= 0 for c in coeffs)
-
-
-def _atoms_bounds(cond, syms) -> list | None:
-    """Integer breakpoints ``k`` of univariate conditions ``a*s + b (op) 0``;
-    None when a condition relates several sizes (not split-decidable)."""
-    out = {s: set() for s in syms}
-    for rel in cond.atoms(sympy.core.relational.Relational):
-        d = sympy.expand(rel.lhs - rel.rhs)
-        fs = d.free_symbols
-        if len(fs) != 1:
-            if not fs:
-                continue
-            return None
-        (s,) = fs
-        try:
-            p = sympy.Poly(d, s)
-        except sympy.PolynomialError:
-            return None
-        if p.degree() != 1:
-            return None
-        a, b = p.all_coeffs()
-        root = -b / a
-        out[s] |= {int(sympy.floor(root)), int(sympy.floor(root)) + 1, int(sympy.ceiling(root)) + 1}
-    return out
-
-
-def decide_nonnegative(expr, *, grid=GRID, evaluate=None) -> Decision:
-    """Decide ``expr >= 0`` for every assignment of its size symbols to
-    integers >= 1.
-
-    Rigorous path: a polynomial is shifted to ``s = 1 + t`` and proved by
-    non-negative coefficients; a Piecewise whose conditions bound single sizes
-    is split into cells (single values below the largest breakpoint, a tail
-    ``s = K + t`` above it), each decided the same way.  Otherwise the
-    expression (or ``evaluate(sizes)`` when no expression is available) is
-    checked on ``grid`` and the decision says so; a negative grid value is a
-    definite counterexample either way.
-    """
-    if expr is not None:
-        expr = canonical_symbols(expr)
-        syms = sorted(expr.free_symbols, key=lambda s: s.name)
-        if not expr.has(sympy.floor, sympy.ceiling, sympy.Mod):
-            proved = _decide_cells(expr, syms)
-            if proved is True:
-                return Decision(True, "symbolic", "proved for all sizes >= 1")
-        evaluate = _evaluator_of(expr, syms)
-        names = [s.name for s in syms]
-    else:
-        names = None
-    return _grid(evaluate, names, grid)
-
-
-def _univariate_nonneg(expr, s, lo: int) -> bool | None:
-    """Exact for one size: a polynomial is >= 0 at every integer ``>= lo`` iff
-    its leading coefficient is positive (or it is constant and >= 0) and it is
-    >= 0 at each integer from ``lo`` up to the Cauchy bound on its real roots."""
-    try:
-        p = sympy.Poly(sympy.expand(expr), s)
-    except sympy.PolynomialError:
-        return None
-    cs = p.all_coeffs()
-    if not all(c.is_number and c.is_real for c in cs):
-        return None
-    if p.degree() <= 0:
-        return bool(cs[0] >= 0)
-    if cs[0] < 0:
-        return False
-    bound = 1 + max(abs(c / cs[0]) for c in cs[1:])
-    top = int(sympy.ceiling(bound))
-    if top - lo > 100000:
-        return None
-    return all(p.eval(k) >= 0 for k in range(lo, max(lo, top) + 1))
-
-
-def _poly_nonneg(expr, syms, base: dict) -> bool | None:
-    ok = _poly_nonneg_shifted(expr, syms, base)
-    if ok is True or len(syms) != 1:
-        return ok
-    return _univariate_nonneg(expr, syms[0], base[syms[0]])
-
-
-def _decide_cells(expr, syms) -> bool | None:
-    """Split every size's range [1, inf) into single values below a cut ``K``
-    and a tail ``K + t``; decide each cell (Piecewise conditions that bound a
-    single size are constant on a cell once ``K`` exceeds their breakpoints)."""
-    floor_k = 1
-    if expr.has(sympy.Piecewise):
-        bounds = {s: set() for s in syms}
-        for pw in expr.atoms(sympy.Piecewise):
-            for _, c in pw.args:
-                if c in (sympy.true, sympy.false):
-                    continue
-                b = _atoms_bounds(c, syms)
-                if b is None:
-                    return None
-                for s in syms:
-                    bounds[s] |= b[s]
-        floor_k = max([k for ks in bounds.values() for k in ks] + [1])
-    for extra in (0, 1, 3, 7):
-        k = floor_k + extra
-        if k ** max(len(syms), 1) > 4096:
-            return None
-        verdict = _decide_split(expr, syms, k)
-        if verdict is not None:
-            return verdict
-    return None
-
-
-def _decide_split(expr, syms, k: int) -> bool | None:
-    """True: proved on every cell; False: a cell of single values is negative;
-    None: some tail cell is undecided at this cut."""
-    undecided = False
-    choices = [[(s, v, False) for v in range(1, k)] + [(s, k, True)] for s in syms]
-    for cell in itertools.product(*choices):
-        fixed = {s: sympy.Integer(v) for s, v, tail in cell if not tail}
-        tails = [s for s, v, tail in cell if tail]
-        piece = _fold_piecewise(expr.xreplace(fixed), {s: k for s in tails})
-        if piece is None:
-            return None
-        ok = _poly_nonneg(piece, tails, {s: k for s in tails})
-        if ok is False and not tails:
-            return False
-        if ok is not True:
-            undecided = True
-    return None if undecided else True
-
-
-def _fold_piecewise(expr, at: dict):
-    def fold(pw):
-        for val, cond in pw.args:
-            c = cond.xreplace({s: sympy.Integer(v) for s, v in at.items()})
-            c = sympy.simplify(c) if c not in (sympy.true, sympy.false) else c
-            if c is sympy.true:
-                return val
-            if c is not sympy.false:
-                return None
-        return sympy.Integer(0)
-
-    for pw in sorted(expr.atoms(sympy.Piecewise), key=sympy.count_ops):
-        v = fold(pw)
-        if v is None:
-            return None
-        expr = expr.xreplace({pw: v})
-    return None if expr.has(sympy.Piecewise) else expr
-
-
-def _evaluator_of(expr, syms):
-    def ev(sizes):
-        v = expr.xreplace({s: sympy.Integer(sizes[s.name]) for s in syms})
-        return v
-
-    return ev
-
-
-def _grid(evaluate, names, grid) -> Decision:
-    if evaluate is None:
-        return Decision(None, "grid", "nothing to evaluate")
-    names = names or []
-    points = list(itertools.product(grid, repeat=len(names)))
-    if len(points) > 2000:
-        import random
-
-        rng = random.Random(0)
-        points = [tuple(rng.choice(grid) for _ in names) for _ in range(2000)]
-        points += [tuple(g for _ in names) for g in grid]
-    for pt in points:
-        sizes = dict(zip(names, pt))
-        try:
-            v = evaluate(sizes)
-        except (TensorLangError, ArithmeticError, TypeError, ValueError) as exc:
-            return Decision(None, "grid", f"cannot evaluate at {sizes}: {exc}")
-        if v is None:
-            return Decision(None, "grid", f"cannot evaluate at {sizes}")
-        if v < 0:
-            return Decision(False, "counterexample", f"fails at {_fmt_sizes(sizes)} (value {v})", sizes)
-    where = "{" + ", ".join(str(g) for g in grid) + "}" + (f"^{len(names)}" if len(names) > 1 else "")
-    return Decision(True, "grid", f"checked on the grid of sizes {where} only (not proved for all sizes)")
-
-
-def _fmt_sizes(sizes: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "(no sizes)"
-
-
-def leading_monomial(expr) -> str:
-    """The asymptotic class of a cost: its monomials of highest total degree
-    (coefficients dropped), taking the piece that holds for large sizes."""
-    if expr is None:
-        return "n/a"
-    expr = canonical_symbols(expr)
-    if expr.has(sympy.Piecewise):
-        big = {s: sympy.Integer(10**6) for s in expr.free_symbols}
-        for pw in expr.atoms(sympy.Piecewise):
-            for val, cond in pw.args:
-                if cond.xreplace(big) in (True, sympy.true):
-                    expr = expr.xreplace({pw: val})
-                    break
-    expr = sympy.expand(expr)
-    syms = sorted(expr.free_symbols, key=lambda s: s.name)
-    if not syms:
-        return "1" if expr != 0 else "0"
-    try:
-        poly = sympy.Poly(expr, *syms)
-    except sympy.PolynomialError:
-        return str(expr)
-    deg = poly.total_degree()
-    monos = [m for m in poly.monoms() if sum(m) == deg]
-    parts = []
-    for m in monos:
-        factors = [f"{s.name}^{k}" if k > 1 else s.name for s, k in zip(syms, m) if k]
-        parts.append("·".join(factors) or "1")
-    return " + ".join(sorted(parts))
+from .decide import (  # noqa: F401  (re-exported: the audit's public decision API)
+    GRID,
+    SMALL_GRID,
+    Decision,
+    _grid,
+    canonical_symbols,
+    decide_nonnegative,
+    is_count,
+    leading_monomial,
+    size_sym,
+)
 
 
 # --------------------------------------------------------------------------
@@ -337,10 +86,19 @@ def io_size_expr(e: Expr) -> sympy.Expr:
     return sympy.expand(total)
 
 
-def cost_at(e: Expr, sizes: dict) -> int:
+def cost_at(e: Expr, sizes: dict, relations: dict | None = None) -> int:
+    """``tl.cost`` at ``sizes`` (only those ``e`` uses), with relation data for its relations."""
+    from .ir import relations_of
+
     C = _cost_module()
     needed = {s.name for s in size_vars(e)}
-    return int(C.cost(e, **{k: v for k, v in sizes.items() if k in needed}))
+    for r in relations_of(e):
+        for a in r.extents:
+            needed |= {s.name for s in a.size_vars()}
+    kw = {k: v for k, v in sizes.items() if k in needed}
+    used = {r.name for r in relations_of(e)}
+    kw.update({k: v for k, v in (relations or {}).items() if k in used})
+    return int(C.cost(e, **kw))
 
 
 def symbolic_cost_of(e: Expr):
@@ -679,8 +437,13 @@ def _row(label: str, thunk, sizes) -> StageRow:
         return StageRow(label, reason=f"unsupported: {exc}")
     row = StageRow(label, expr=e)
     reasons = []
+    rels = _relations(e)
     try:
-        row.cost = cost_at(e, sizes)
+        # A relation's cost depends on its data: report it on seeded random
+        # data of density 1/2 (the verdicts also try all-true and all-false).
+        row.cost = cost_at(e, sizes, _relation_data(rels, sizes)[-1])
+        if rels:
+            reasons.append("cost at sizes on random relation data (density 1/2)")
     except StageUnavailable as exc:
         reasons.append(str(exc))
     except TensorLangError as exc:
@@ -703,19 +466,31 @@ def _compare(name, claim, small: StageRow, big: StageRow, factor, io: bool) -> V
         return Verdict(name, claim, None, "not available", f"{missing.name}: {missing.reason}")
     s_sym = small.symbolic_io() if io else small.symbolic
     b_sym = big.symbolic_io() if io else big.symbolic
+    rels = _relations(small.expr, big.expr)
+
+    def io_at(e, sz):
+        return int(io_size_expr(e).xreplace({size_sym(k): v for k, v in sz.items()})) if io else 0
+
     if s_sym is not None and b_sym is not None:
-        d = decide_nonnegative(factor * b_sym - s_sym)
+        diff = sympy.expand(factor * b_sym - s_sym)
+
+        def ev_sym(sz):  # the symbolic difference, relation counts taken from data
+            return min(_at(diff, sz, data) for data in _relation_data(rels, sz))
+
+        d = decide_nonnegative(diff, evaluate=ev_sym if rels else None)
     else:
-        def ev(sz, small=small, big=big):
-            cs, cb = cost_at(small.expr, sz), cost_at(big.expr, sz)
-            if io:
-                cs += int(io_size_expr(small.expr).xreplace({size_sym(k): v for k, v in sz.items()}))
-                cb += int(io_size_expr(big.expr).xreplace({size_sym(k): v for k, v in sz.items()}))
-            return factor * cb - cs
+        def ev(sz):
+            worst = None
+            for data in _relation_data(rels, sz):
+                cs = cost_at(small.expr, sz, data) + io_at(small.expr, sz)
+                cb = cost_at(big.expr, sz, data) + io_at(big.expr, sz)
+                v = factor * cb - cs
+                worst = v if worst is None else min(worst, v)
+            return worst
 
         try:
             names = sorted({s.name for s in size_vars(small.expr) | size_vars(big.expr)})
-            d = _grid(ev, names, SMALL_GRID)
+            d = _grid(ev, names, SMALL_GRID, with_data=bool(rels))
         except StageUnavailable as exc:
             return Verdict(name, claim, None, "not available", str(exc))
     if d.holds is None:
@@ -724,6 +499,53 @@ def _compare(name, claim, small: StageRow, big: StageRow, factor, io: bool) -> V
     if d.holds is False:
         detail = f"{detail}: compiler bug, the cost model says {small.name} exceeds the bound"
     return Verdict(name, claim, d.holds, d.method, detail)
+
+
+def _relations(*exprs) -> list:
+    from .ir import relations_of
+
+    out = {}
+    for e in exprs:
+        for r in relations_of(e):
+            out[r.name] = r
+    return list(out.values())
+
+
+def _relation_data(rels, sizes: dict) -> list:
+    """Relation data to check a relation-dependent bound with: all-true,
+    all-false and a seeded random half (one dict per data set)."""
+    import numpy as np
+
+    if not rels:
+        return [{}]
+    rng = np.random.default_rng(0)
+    sets = [{}, {}, {}]
+    for r in rels:
+        shape = tuple(a.evaluate(sizes) for a in r.extents)
+        sets[0][r.name] = np.ones(shape, dtype=bool)
+        sets[1][r.name] = np.zeros(shape, dtype=bool)
+        sets[2][r.name] = rng.random(shape) < 0.5
+    return sets
+
+
+def _at(expr, sizes: dict, data: dict):
+    """Value of a symbolic cost at sizes, its relation counts computed from ``data``."""
+    vals = {size_sym(k): v for k, v in sizes.items()}
+    if any(is_count(s) for s in expr.free_symbols):
+        from .cost_symbolic import relation_count_values
+
+        counts = relation_count_values(_raw_count_symbols(expr), **sizes, **data)
+        by_name = {k.name: v for k, v in counts.items()}
+        vals.update({s: by_name[s.name] for s in expr.free_symbols if is_count(s)})
+    return expr.xreplace(vals)
+
+
+def _raw_count_symbols(expr):
+    """``expr`` with its count symbols replaced by the cost model's own symbols
+    (``canonical_symbols`` renamed them; relation_count_values keys on them)."""
+    from .cost_symbolic import _REL_SYMS
+
+    return expr.xreplace({s: _REL_SYMS[s.name] for s in expr.free_symbols if s.name in _REL_SYMS})
 
 
 def _verdicts(report, primal, pass_rows, ssa, deriv, adj_raw, adj):

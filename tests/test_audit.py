@@ -193,3 +193,26 @@ def test_bench_unavailable_is_reported(monkeypatch):
     r = CliRunner().invoke(main, ["bench"])
     assert r.exit_code == 2 and "benchmark suite is not available" in r.output
     _ = cli
+
+
+def test_relation_counts_are_nonnegative_and_bounded_by_their_relation():
+    a, b = sympy.Symbol("nnz_S"), sympy.Symbol("nnz_S[*,_]")  # entries; non-empty rows (b <= a)
+    # 4(4n + 2a - b - 1) - (8n + 3a - b) = 8n + 5a - 3b - 4 >= 8 + 2a > 0 using b <= a, n >= 1
+    d = A.decide_nonnegative(4 * (4 * n + 2 * a - b - 1) - (8 * n + 3 * a - b))
+    assert d.holds is True and "relation data" in d.detail
+    # b - a <= 0 is not provable (and a grid of independent counts would be meaningless)
+    assert A.decide_nonnegative(b - a).holds is None
+
+
+def test_audit_of_a_relation_program_checks_with_relation_data():
+    nn = tl.size("n")
+    x = tl.tensor("x", nn)
+    R = tl.relation("R", nn, nn)
+    e = tl.sum([nn, nn], lambda i, j: tl.iverson(R(i, j), x[i] * x[j]))
+    rep = A.audit(e, sizes={"n": 6})
+    primal = rep.row("input program")
+    if primal.cost is None:
+        pytest.skip(f"cost model not available: {primal.reason}")
+    assert "relation data" in (primal.reason or "")
+    for v in rep.verdicts:
+        assert v.holds is not False, v.detail
