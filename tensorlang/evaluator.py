@@ -238,13 +238,13 @@ class Evaluator:
             case Or(lhs=a, rhs=b):
                 return self.pred(a, env) or self.pred(b, env)
             case Rel(rel=r, args=args):  # 4.20
+                # membership: a relation is a set of tuples within its extents, so a
+                # tuple outside them is not in it (as the cost model and the kernels
+                # read it; a conjunction stays commutative)
                 data = self.relations[r]
                 ks = tuple(self.index(a, env) for a in args)
-                for k, n in zip(ks, data.shape):
-                    if not 0 <= k < n:
-                        raise IndexError_(
-                            f"relation index out of range in {describe(p)}: {ks} is outside {data.shape}"
-                        )
+                if not all(0 <= k < n for k, n in zip(ks, data.shape)):
+                    return False
                 return bool(data[ks])
             case Exists(var=i, extent=n, body=b):  # 4.21
                 size = n.evaluate(self.sizes)
