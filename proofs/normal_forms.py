@@ -388,9 +388,10 @@ def _ssa_source(T: Terms, number: str):
         "5.33": lambda: Call(T.rng.choice(("sin", "exp")), (Add(xi, S),)),
         "5.34": lambda: _sum_of(T, sc),
     }[number]()
-    if number == "5.26":  # a bare scalar intermediate X used by a later line
-        v = fresh_var("v", REAL)
-        return Let(v, _sum_of(T, Scope()), Add(Mul(v, v), S))
+    if number == "5.26":  # a bound intermediate returned as (part of) the output
+        v = fresh_var("v", TensorT(n, REAL))
+        out = v if T.coin() else Pair(v, v)
+        return Let(v, Gen(i, n, Mul(xi, T.leaf(sc))), out)
     if number == "5.25":
         v = fresh_var("v", TensorT(n, REAL))
         k = fresh_index("k")
