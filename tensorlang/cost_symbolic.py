@@ -45,6 +45,7 @@ from .errors import TensorLangError, UnsupportedError, describe
 from .ir import (
     TRUE,
     Aff,
+    And,
     Cmp,
     Exists,
     Expr,
@@ -61,6 +62,7 @@ from .ir import (
     conj,
     free_indices,
     make_gens,
+    subst,
     input_vars,
     size_vars,
 )
@@ -98,6 +100,19 @@ def relation_count_symbol(rel_name: str, spec) -> sympy.Symbol:
     return sym
 
 
+def relation_truth_symbol(p: Pred) -> sympy.Symbol:
+    """``[p]`` for a relational predicate ``p`` free of loop indices: its 0/1
+    truth value (the same at every point of a domain)."""
+    from .printer import pretty_pred
+
+    name = f"[{pretty_pred(p)}]"
+    sym = _REL_SYMS.get(name)
+    if sym is None:
+        sym = _REL_SYMS[name] = sympy.Symbol(name, integer=True, nonnegative=True)
+        _REL_META[sym] = ("pred", p)
+    return sym
+
+
 def relation_count_values(expr, **sizes_and_relations) -> dict:
     """Values of the relation count symbols occurring in the sympy
     expression ``expr``, from relation data (bool arrays, by relation name)
@@ -109,6 +124,17 @@ def relation_count_values(expr, **sizes_and_relations) -> dict:
         if meta is None:
             continue
         name, spec = meta
+        if name == "pred":
+            from .cost import _pred_vec
+            from .ir import relations_of
+
+            rels = {}
+            for r in relations_of(spec):
+                if r.name not in sizes_and_relations:
+                    raise TensorLangError(f"relation data for {r.name} is needed to evaluate {sym}")
+                rels[r.name] = np.asarray(sizes_and_relations[r.name], dtype=bool)
+            out[sym] = int(_pred_vec(spec, {}, sizes, rels, 1)[0])
+            continue
         if name not in sizes_and_relations:
             raise TensorLangError(f"relation data for {name} is needed to evaluate {sym}")
         data = np.asarray(sizes_and_relations[name], dtype=bool)
@@ -143,6 +169,43 @@ def _plain_var(a: Aff):
     return None
 
 
+def _solve_equalities(binders, conjs: list, protected: frozenset):
+    """Eliminate the variables of ``binders`` that an affine equality fixes.
+
+    For a conjunct ``a = b`` with ``a - b = ±v + r`` (``v`` a binder), the
+    tuples of ``{binders : conjs}`` are in bijection with those of the domain
+    without ``v``, ``v`` replaced by its solution and its range
+    ``0 <= sol < extent`` added, so the count is unchanged.  A ``protected``
+    variable (an argument of a relation) is eliminated only when its
+    solution is a plain index or free of indices, so relation arguments stay
+    of the forms the count symbols describe."""
+    binders, conjs = tuple(binders), list(conjs)
+    while True:
+        ext = dict(binders)
+        for c in conjs:
+            if not (isinstance(c, Cmp) and c.op == "=="):
+                continue
+            d = c.lhs - c.rhs
+            choice = None
+            for s_, coef in d.terms:
+                if s_ not in ext or abs(coef) != 1 or any(s_ in n.index_vars() for _, n in binders):
+                    continue
+                sol = (d - Aff(((s_, coef),), 0)) * (-coef)
+                if s_ not in protected or _plain_var(sol) is not None or not sol.index_vars():
+                    choice = (s_, sol)
+                    if s_ not in protected:
+                        break
+            if choice is not None:
+                v, sol = choice
+                rest = [subst(x, idx={v: sol}) for x in conjs if x is not c]
+                rest += [Cmp("<=", Aff((), 0), sol), Cmp("<", sol, ext[v])]
+                conjs = [y for x in rest for y in _conjuncts(x)]
+                binders = tuple(b for b in binders if b[0] is not v)
+                break
+        else:
+            return binders, conjs
+
+
 def _split_atom(c: Pred, B):
     """A conjunct containing a relation -> (R, spec, counted args, affine
     conjuncts pulled out of exists), or UnsupportedError."""
@@ -151,12 +214,15 @@ def _split_atom(c: Pred, B):
     while isinstance(body, Exists):
         exvars.append((body.var, body.extent))
         body = body.body
-    if not isinstance(body, Rel) and not exvars:
+    if not isinstance(body, (Rel, And)) and not exvars:
         raise UnsupportedError(
             f"symbolic cost: the relational predicate {describe(c)} is not a conjunction of relation atoms "
             "(a relation under 'or' has no count symbol); use tl.cost with relation data"
         )
     parts = _conjuncts(body)
+    protected = frozenset().union(*(free_indices(p) for p in parts if has_relation(p)))
+    exvars, parts = _solve_equalities(exvars, parts, protected)
+    exvars = list(exvars)
     ex_set = {i for i, _ in exvars}
     rels = [p for p in parts if has_relation(p)]
     outer = [p for p in parts if not has_relation(p) and not (free_indices(p) & ex_set)]
@@ -206,10 +272,17 @@ def _relation_factor(B, P: Pred):
     for c in _conjuncts(P):
         if c not in conjs:
             conjs.append(c)
+    protected = frozenset().union(*(free_indices(c) for c in conjs if has_relation(c)))
+    B, conjs = _solve_equalities(B, conjs, protected)
     affine, atoms = [], []
+    bvars = {i for i, _ in B}
+    closed = sympy.Integer(1)
     for c in conjs:
         if not has_relation(c):
             affine.append(c)
+            continue
+        if not (free_indices(c) & bvars):  # the same truth value at every point
+            closed *= relation_truth_symbol(c)
             continue
         rel, spec, args, outer = _split_atom(c, B)
         affine.extend(outer)
@@ -243,7 +316,7 @@ def _relation_factor(B, P: Pred):
             f"{describe(conj(*tied))} restricts indices of a relation; use tl.cost with relation data"
         )
     rest = tuple((i, n) for i, n in B if i not in used)
-    return factor, rest, conj(*free_aff)
+    return factor * closed, rest, conj(*free_aff)
 
 
 # --------------------------------------------------------------------------

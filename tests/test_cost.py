@@ -348,3 +348,25 @@ def test_large_relational_domains_are_counted_from_the_data():
         Rd = rng.random(shape) < 0.01
         nnz, rows = int(Rd.sum()), int(Rd.any(axis=1).sum())
         assert tl.cost(e, R=Rd) == shape[0] * (2 * nnz - rows)
+
+
+def test_symbolic_relation_forms_after_equalities():
+    # gen[k:n] gen[j:m] sum[i:n] [i = k ∧ R(i, j)]·(A[i, j]·A[i, j]): the
+    # equality fixes i = k, so each sum has at most one term (no addition)
+    # and there is one multiplication per true point of R: nnz_R.
+    n, m = tl.sizes("n m")
+    R = tl.relation("R", n, m)
+    A = tl.tensor("A", n, m)
+    e = tl.gen([n, m], lambda k, j: tl.sum(n, lambda i: tl.iverson((i == k) & R(i, j), A[i, j] * A[i, j])))
+    s = tl.symbolic_cost(e)
+    assert s == C.relation_count_symbol("R", "**")
+    Rd = np.random.default_rng(5).random((4, 6)) < 0.4
+    assert tl.cost(e, R=Rd) == int(Rd.sum())
+    # a relational predicate free of loop indices is one 0/1 symbol
+    x = tl.tensor("x", n)
+    e2 = tl.sum(n, lambda i: tl.iverson(R(0, 0) | (n < 2), x[i] * x[i]))
+    s2 = tl.symbolic_cost(e2)
+    for val in (False, True):
+        Rd2 = np.zeros((3, 2), dtype=bool)
+        Rd2[0, 0] = val
+        assert s2.subs(C.relation_count_values(s2, R=Rd2, n=3)).subs({N: 3}) == tl.cost(e2, R=Rd2) == (5 if val else 0)
