@@ -196,6 +196,8 @@ def _parse_poly(text: str, loc: dict):
 
 
 def _constraint(c, loc: dict):
+    """An isl constraint as a sympy relation, integer divisions included
+    (``(1 + n) mod 2 = 0`` is ``-1 - n + 2*floor((1 + n)/2) = 0``)."""
     expr = sympy.Integer(0)
     for key, val in c.get_coefficients_by_name().items():
         v = sympy.Rational(str(val))
@@ -203,10 +205,18 @@ def _constraint(c, loc: dict):
             expr += v
         elif isinstance(key, str):
             expr += v * loc[key]
-        else:  # an integer division (floor) introduced by isl
-            m = re.search(r"\[\((.*)\)\]", str(key))
-            expr += v * sympy.sympify(m.group(1).replace("^", "**"), locals=loc)
+    for k in range(c.get_local_space().dim(isl.dim_type.div)):
+        v = sympy.Rational(str(c.get_coefficient_val(isl.dim_type.div, k)))
+        if v:
+            expr += v * sympy.floor(_parse_div(str(c.get_div(k)), loc))
     return sympy.Eq(expr, 0) if c.is_equality() else (expr >= 0)
+
+
+def _parse_div(text: str, loc: dict):
+    """``[n] -> { [(1 + n)/2] }`` -> ``(1 + n)/2`` (the caller applies the floor)."""
+    m = re.search(r"\{\s*\[(.*)\]\s*\}", text, re.S)
+    body = m.group(1) if m else text
+    return sympy.sympify(body.replace("^", "**"), locals=loc)
 
 
 def pwqp_to_sympy(pw: isl.PwQPolynomial, names: Names):
