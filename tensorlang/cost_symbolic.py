@@ -26,6 +26,9 @@ to quantified indices ranging exactly over them (``_``), or to fixed
 indices; the counted indices occur in no other relation atom, and every
 affine constraint on them is implied by their ranges.  Then the count is
 the product of the symbols times the count of the remaining affine domain.
+Before that, indices fixed by an affine equality (``i = k``, as single-point
+sums produce) are eliminated, which keeps the count; a relational predicate
+free of loop indices (``R(0, 0) ∨ n < 2``) is one 0/1 symbol ``[R(0, 0) ∨ n < 2]``.
 Anything else raises UnsupportedError (never a guess).
 :func:`relation_count_values` evaluates the symbols on relation data.
 """
