@@ -358,3 +358,22 @@ def test_const_iverson_constructs():
     _, out = run(e, n=6)
     np.testing.assert_array_equal(out, [2.5, 2.5, 2.5, 0, 0, 0])
     assert REAL is not None
+
+
+def test_fusion_keeps_the_cost_models_count():
+    from tensorlang.backend.api import _to_backend_form
+    from tensorlang.backend.fusion import fused_program
+
+    nn, mm = tl.sizes("n m")
+    xs = tl.tensor("x", nn + mm - 1)
+    c = tl.tensor("c", mm)
+    z = tl.tensor("z", nn)
+    y = tl.gen(nn, lambda i: tl.sum(mm, lambda j: xs[i - j + mm - 1] * c[j]))
+    loss = tl.sum(nn, lambda i: (y[i] - z[i]) ** 2)
+    for e, ssa in [(tl.normalize(y), True), (tl.normalize(loss), True), (_deconvolution_gradient(), False)]:
+        p = _to_backend_form(e)
+        f = fused_program(p)
+        if ssa:  # tensor SSA: gathers, broadcasts and products were fused
+            assert len(tl.ir.lets(f)[0]) < len(tl.ir.lets(p)[0])
+        for sizes in [dict(n=50, m=7), dict(n=3, m=5)]:
+            assert tl.cost(tl.explicit_sharing(f), **sizes) == tl.cost(tl.explicit_sharing(e), **sizes)

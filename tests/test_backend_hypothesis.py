@@ -101,3 +101,17 @@ def test_numba_compiled_programs_equal_evaluator(prog):
     except tl.UnsupportedError:
         assume(False)
     assert close(k(**prog.inputs, **prog.sizes), ref, prog.bound)
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(prog=programs(relations=False))
+def test_fusion_never_raises_the_cost(prog):
+    from tensorlang.backend.fusion import fused_program
+
+    try:
+        ssa = tl.normalize(prog.expr)
+        fused = fused_program(ssa)
+    except tl.TensorLangError:
+        assume(False)
+    sizes = {"n": 6, "m": 4}
+    assert tl.cost(tl.explicit_sharing(fused), **sizes) <= tl.cost(tl.explicit_sharing(ssa), **sizes)
