@@ -370,3 +370,12 @@ def test_symbolic_relation_forms_after_equalities():
         Rd2 = np.zeros((3, 2), dtype=bool)
         Rd2[0, 0] = val
         assert s2.subs(C.relation_count_values(s2, R=Rd2, n=3)).subs({N: 3}) == tl.cost(e2, R=Rd2) == (5 if val else 0)
+
+
+@pytest.mark.parametrize("n,m", [(0, 3), (3, 0), (0, 1), (4, 3)])
+def test_zero_sizes_and_the_oracle_on_hand_counts(n, m):
+    # each of the n sums over m terms does max(m - 1, 0) additions and m
+    # multiplications; with n = 0 nothing is computed.
+    want = {"adds": n * max(m - 1, 0), "mults": n * m, "calls": {}}
+    assert tl.cost_breakdown(conv(), n=n, m=m) == want
+    assert counting_cost(conv(), n=n, m=m) == want
