@@ -344,6 +344,10 @@ class _Builder:
             args.append(a)
             guards.append(g)
         r = self.relation(tuple(exts))
+        if self.coin(2):
+            # a relation outside its extents is false (membership), so the guard
+            # is optional: every stage must read it that way
+            return Rel(r, tuple(args))
         return conj(*guards, Rel(r, tuple(args)))
 
     # -- expressions --------------------------------------------------------------
