@@ -64,8 +64,10 @@ from .ir import (
     Type,
     conj,
     free_indices,
+    fresh_index,
     make_gens,
     subst,
+    sym_aff,
     input_vars,
     size_vars,
 )
@@ -214,9 +216,16 @@ def _split_atom(c: Pred, B):
     conjuncts pulled out of exists), or UnsupportedError."""
     exvars = []
     body = c
+    taken = {i for i, _ in B}
     while isinstance(body, Exists):
-        exvars.append((body.var, body.extent))
-        body = body.body
+        v, inner = body.var, body.body
+        if v in taken:  # shadows a loop index: rename apart
+            w = fresh_index(v.name)
+            inner = subst(inner, idx={v: sym_aff(w)})
+            v = w
+        taken.add(v)
+        exvars.append((v, body.extent))
+        body = inner
     if not isinstance(body, (Rel, And)) and not exvars:
         raise UnsupportedError(
             f"symbolic cost: the relational predicate {describe(c)} is not a conjunction of relation atoms "

@@ -379,3 +379,17 @@ def test_zero_sizes_and_the_oracle_on_hand_counts(n, m):
     want = {"adds": n * max(m - 1, 0), "mults": n * m, "calls": {}}
     assert tl.cost_breakdown(conv(), n=n, m=m) == want
     assert counting_cost(conv(), n=n, m=m) == want
+
+
+def test_shadowed_binders():
+    # gen[i:n] sum[i:m] [i < 2]·c[i] (the inner i shadows the outer one):
+    # per outer point, min(m, 2) terms -> max(min(m, 2) - 1, 0) additions
+    from tensorlang.ir import Gen, Sum, Iverson, Access
+    n, m = tl.sizes("n m")
+    c = tl.tensor("c", m)
+    i = IndexVar("i", fresh_uid())
+    e = Gen(i, n, Sum(i, m, Iverson(sym_aff(i) < 2, Access(c, sym_aff(i)))))
+    for nv, mv in [(3, 1), (3, 5)]:
+        want = nv * max(min(mv, 2) - 1, 0)
+        assert tl.cost(e, n=nv, m=mv) == want == total(counting_cost(e, n=nv, m=mv))
+        assert sym_at(tl.symbolic_cost(e), n=nv, m=mv) == want
