@@ -7,7 +7,7 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 
 import tensorlang as tl
 from tensorlang.ir import (
@@ -254,3 +254,21 @@ def test_types():
 
 
 _ = (And, Exists, Iverson, Pair, Aff)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(pairs=False))
+def test_substituting_an_input_agrees_with_evaluating_in_the_extended_environment(prog: Program):
+    """⟦[x ↦ v]e⟧σ = ⟦e⟧(σ[x ↦ ⟦v⟧σ]) with v = gen[..] 2·y[..] (or 2·y for a scalar)."""
+    assume(prog.input_types)
+    name = sorted(prog.input_types)[0]
+    t = prog.input_types[name]
+    xvar = tl.var(name, t)
+    y = tl.var(name + "_half", t)
+    shape = tl.ir.shape_of(t)
+    v = tl.gen(list(shape), lambda *ix: 2 * tl.ir.access(y, ix)) if shape else 2 * y
+    e2 = subst(prog.expr, {xvar: v})
+    assert xvar not in free_vars(e2)
+    inputs = {k: val for k, val in prog.inputs.items() if k != name}
+    inputs[y.name] = prog.inputs[name] / 2
+    assert_close(tl.evaluate(e2, **inputs, **prog.sizes), prog.evaluate(), prog.bound)
