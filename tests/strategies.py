@@ -120,7 +120,11 @@ class Program:
 
     def __repr__(self):
         ins = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in self.inputs.items()}
-        return f"Program(sizes={self.sizes}, expr=\n{tl.pretty(self.expr)}\n, inputs={ins})"
+        return (f"Program(sizes={self.sizes}, bound={self.bound:.3g}, expr=\n"
+                f"{tl.pretty(self.expr, sharing=False)}\n, inputs={ins})")
+
+    def _repr_pretty_(self, p, cycle):  # hypothesis prints falsifying examples with this
+        p.text(repr(self))
 
 
 def _symbolize(name, v, path=""):
