@@ -55,6 +55,7 @@ from .ir import (
     IndexVar,
     Iverson,
     Const,
+    Or,
     Pair,
     PairT,
     Pred,
@@ -438,6 +439,45 @@ def _simplify(x):
     return sympy.expand(x)
 
 
+def _exists_over_or(c: Pred) -> Pred:
+    """``exists[v] (r ∧ (x ∨ y))`` -> ``exists[v] (r ∧ x) ∨ exists[v] (r ∧ y)``
+    for a relational disjunction (so inclusion-exclusion can split it)."""
+    if not isinstance(c, Exists):
+        return c
+    body = _exists_over_or(c.body)
+    if isinstance(body, Or):
+        return Or(Exists(c.var, c.extent, body.lhs), Exists(c.var, c.extent, body.rhs))
+    parts = _conjuncts(body)
+    for k, p in enumerate(parts):
+        p = _exists_over_or(p)
+        if isinstance(p, Or) and has_relation(p):
+            rest = parts[:k] + parts[k + 1:]
+            return Or(_exists_over_or(Exists(c.var, c.extent, conj(*rest, p.lhs))),
+                      _exists_over_or(Exists(c.var, c.extent, conj(*rest, p.rhs))))
+    return Exists(c.var, c.extent, body) if body is not c.body else c
+
+
+def relational_count(B, P: Pred, carrier, params, depth: int = 0):
+    """``#{B : P}`` with relation count symbols.  A disjunction involving a
+    relation is split by inclusion-exclusion,
+    ``#(r ∧ (x ∨ y)) = #(r ∧ x) + #(r ∧ y) - #(r ∧ x ∧ y)``, until every
+    part has the factored form of :func:`_relation_factor`."""
+    conjs = [_exists_over_or(c) for c in _conjuncts(P)]
+    for k, c in enumerate(conjs):
+        if isinstance(c, Or) and has_relation(c):
+            if depth > 6:
+                raise UnsupportedError(f"symbolic cost: too many relational disjunctions in {describe(P)}")
+            rest = conjs[:k] + conjs[k + 1:]
+            x, y = c.lhs, c.rhs
+            return (relational_count(B, conj(*rest, x), carrier, params, depth + 1)
+                    + relational_count(B, conj(*rest, y), carrier, params, depth + 1)
+                    - relational_count(B, conj(*rest, x, y), carrier, params, depth + 1))
+    factor, rest_b, aff = _relation_factor(B, P)
+    if not has_relation(aff) and factor == 1 and not rest_b and aff is TRUE:
+        return sympy.Integer(1)
+    return factor * _to_sympy(_card(rest_b, aff, carrier), params)
+
+
 def _accumulate(expr: Expr, context=((), TRUE)) -> _Acc:
     shared = explicit_sharing(expr)
     terms = cost_terms(expr, context=context)
@@ -447,9 +487,7 @@ def _accumulate(expr: Expr, context=((), TRUE)) -> _Acc:
     acc = _Acc(params)
     for (B, P), kinds in terms.items():
         if has_relation(P):
-            factor, rest, aff = _relation_factor(B, P)
-            pw = _card(rest, aff, shared)
-            val = factor * _to_sympy(pw, params)
+            val = relational_count(B, P, shared, params)
             for kind, coeff in kinds.items():
                 acc.add_sym(kind, coeff * val)
         else:
@@ -557,8 +595,7 @@ def symbolic_inner_product_cost(e0: Expr, e1: Expr, pred: Pred | None = None, in
         carrier = Pair(e0, Pair(e1, Iverson(pred, Const(0))))
         params = _params(carrier)
         if has_relation(pred):
-            factor, rest, aff = _relation_factor(B, pred)
-            iface = factor * _to_sympy(_card(rest, aff, carrier), params)
+            iface = relational_count(B, pred, carrier, params)
         else:
             iface = _to_sympy(_card(B, pred, carrier), params)
     return iface + symbolic_cost(e0) + symbolic_cost(e1)

@@ -189,8 +189,14 @@ def test_relation_counts_and_symbols():
     assert sympy.expand(s - (2 * nnz - rows)) == 0
     assert s.subs(C.relation_count_values(s, R=Rd)) == 6
     assert str(rows) == "nnz_R[*,_]" and str(nnz) == "nnz_R"
-    # a relation under 'or' has no count symbol: refused, not guessed
+    # R(i, j) ∨ j = 0 by inclusion-exclusion: per row, |row ∪ {0}| - 1 adds,
+    # in all nnz_R - nnz_R[*,0] (the entries of column 0 are counted twice)
     e = tl.gen(n, lambda i: tl.sum(m, lambda j: tl.iverson(R(i, j) | (j == 0), A[i, j])))
+    s = tl.symbolic_cost(e)
+    assert sympy.expand(s - (nnz - C.relation_count_symbol("R", ("*", 0)))) == 0
+    assert s.subs(C.relation_count_values(s, R=Rd)) == tl.cost(e, R=Rd) == 3
+    # a shifted relation index has no count symbol: refused, not guessed
+    e = tl.gen(n, lambda i: tl.sum(m, lambda j: tl.iverson((j >= 1) & R(i, j - 1), A[i, j])))
     with pytest.raises(UnsupportedError):
         tl.symbolic_cost(e)
 
