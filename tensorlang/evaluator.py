@@ -334,11 +334,22 @@ def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None):
         if v.name in by_name:
             raise InputError(f"two different inputs are named {v.name!r}")
         by_name[v.name] = v
-    rel_names = {r.name: r for r in rels}
+    rel_names: dict = {}
+    for r in rels:
+        if r.name in rel_names:
+            raise InputError(f"two different relations are named {r.name!r}")
+        rel_names[r.name] = r
     size_names = {s.name for s in size_vars(program)}
     for r in rels:
         for a in r.extents:
             size_names |= {s.name for s in a.size_vars()}
+    # one keyword argument per name: an input, a relation and a size may not share one
+    for kind_a, names_a, kind_b, names_b in (("an input", by_name, "a relation", rel_names),
+                                            ("an input", by_name, "a size", size_names),
+                                            ("a relation", rel_names, "a size", size_names)):
+        both = sorted(set(names_a) & set(names_b))
+        if both:
+            raise InputError(f"the name {both[0]!r} is used for both {kind_a} and {kind_b} in the program; rename one")
     given_sizes = {}
     for k, val in kwargs.items():
         if k in by_name or k in rel_names:

@@ -265,3 +265,16 @@ def test_bad_names_and_constants():
 def test_explicit_size_contradicting_a_shape():
     with raises(InputError, "input x", "length 3", "n = 4", "argument n=4"):
         tl.evaluate(tl.sum(n, lambda i: x[i]), x=np.ones(3), n=4)
+
+
+def test_one_name_for_an_input_and_a_relation_or_size():
+    R = tl.relation("q", n)
+    q = tl.tensor("q", n)
+    with raises(InputError, "'q'", "input", "relation"):
+        tl.evaluate(tl.sum(n, lambda i: tl.iverson(R(i), q[i])), q=np.ones(2))
+    nn = tl.tensor("n", n)
+    with raises(InputError, "'n'", "input", "size"):
+        tl.evaluate(tl.sum(n, lambda i: nn[i]), n=np.ones(2))
+    with raises(InputError, "two different relations", "'S'"):
+        tl.evaluate(tl.sum(n, lambda i: tl.iverson(tl.relation("S", n)(i) & tl.relation("S", m)(0), 1.0)), n=2, m=2,
+                    S=np.ones(2, bool))
