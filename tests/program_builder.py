@@ -139,6 +139,7 @@ class _Builder:
         self.pool: list = []  # (expr, type, bound) for DAG sharing
         self.limit = 1e3 if opts["smooth"] else 1e6
         self.top = 10**9  # depth budget of the whole program (set by programs())
+        self.max_size = _MAX_SIZE  # largest size value (set by programs())
 
     # -- drawing helpers ------------------------------------------------------
     def pick(self, options):
@@ -194,7 +195,7 @@ class _Builder:
 
     # -- bounds ----------------------------------------------------------------
     def ext_max(self, a: Aff) -> int:
-        return max(1, a.evaluate({s: _MAX_SIZE for s in a.size_vars()}))
+        return max(1, a.evaluate({s: self.max_size for s in a.size_vars()}))
 
     def remember(self, e: Expr, b: float):
         self.pool.append((e, type_of(e), b))

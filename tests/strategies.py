@@ -167,7 +167,7 @@ def _numeric(value, subs):
     return float(value)
 
 
-def magnitude(e: Expr, env: dict | None = None) -> float:
+def magnitude(e: Expr, env: dict | None = None, max_size: int = _MAX_SIZE) -> float:
     """A bound on |value| of every scalar ``e`` computes, for inputs in [-1, 1]
     and sizes <= 4 (knows the shapes of the functions this module generates)."""
     env = env or {}
@@ -206,7 +206,7 @@ def magnitude(e: Expr, env: dict | None = None) -> float:
                 else:
                     out = float("inf")
             case Sum(extent=n, body=b):
-                out = go(b, env) * max(1, n.evaluate({s: _MAX_SIZE for s in n.size_vars()}))
+                out = go(b, env) * max(1, n.evaluate({s: max_size for s in n.size_vars()}))
             case Gen(body=b) | Iverson(body=b):
                 out = go(b, env)
             case Access(arr=a) | Proj(arg=a):
@@ -298,6 +298,7 @@ def programs(
     opts = dict(pairs=pairs, relations=relations, exists=exists, lets=lets, functions=functions, smooth=smooth)
     b = _Builder(draw, opts)
     b.top = max_depth
+    b.max_size = max_size
     size_vals = {"n": draw(st.integers(1, max_size)), "m": draw(st.integers(1, max_size))}
     if output == "scalar":
         t = REAL
@@ -325,7 +326,7 @@ def programs(
             inputs[name] = _relation_data(draw, r, sizes_env)
     used_sizes = {s.name for s in size_vars(e)}
     sizes = {k: v for k, v in size_vals.items() if k in used_sizes}
-    return Program(e, inputs, sizes, bound=magnitude(e), input_types=types,
+    return Program(e, inputs, sizes, bound=magnitude(e, max_size=max_size), input_types=types,
                    relation_names=frozenset(used_rels))
 
 
