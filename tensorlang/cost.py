@@ -372,7 +372,7 @@ def _count_relational(binders, pred: Pred, sizes: dict, rels: dict) -> int:
     that form and is large, else by enumerating it."""
     box = _box(binders, pred, sizes)
     if box is None or box > 1_000_000:
-        from .cost_symbolic import _relation_factor, relation_count_values
+        from .cost_relations import _relation_factor, relation_count_values
 
         try:
             factor, rest, aff = _relation_factor(binders, pred)
@@ -554,7 +554,7 @@ def __getattr__(name):
     # symbolic entry points live in cost_symbolic (loaded on first use)
     if name in ("symbolic_cost", "symbolic_cost_breakdown", "symbolic_cost_conditions", "symbolic_io_cost",
                 "symbolic_inner_product_cost", "symbolic_type_cost", "relation_count_symbol",
-                "relation_count_values", "symbolic_extended_cost", "symbolic_cost_over"):
+                "relation_count_values", "relation_truth_symbol", "symbolic_extended_cost", "symbolic_cost_over"):
         from . import cost_symbolic
 
         return getattr(cost_symbolic, name)
