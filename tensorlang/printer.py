@@ -256,10 +256,10 @@ def _pretty(e, prec: int, env: _Names) -> str:
             if _is_neg(e):
                 s = f"-{_pretty(b, 2, env)}"
                 return f"({s})" if prec >= 2 else s
-            s = f"{_pretty(a, 2, env)}·{_pretty(b, 2, env)}"
+            s = f"{_left_factor(a, env)}·{_pretty(b, 2, env)}"
             return f"({s})" if prec > 2 else s
         case Call(fn="div", args=(a, b)):
-            s = f"{_pretty(a, 2, env)} / {_pretty(b, 3, env)}"
+            s = f"{_left_factor(a, env)} / {_pretty(b, 3, env)}"
             return f"({s})" if prec > 2 else s
         case Call(fn=f, args=(a,)) if f.startswith("pow[") and f.endswith("]"):
             s = f"{_pretty(a, 4, env)}^{f[4:-1]}"
@@ -291,6 +291,13 @@ def _pretty(e, prec: int, env: _Names) -> str:
             return f"({s})" if prec > 0 else s
         case _:
             raise TypeError(f"not an expression: {e!r}")
+
+
+def _left_factor(a, env: _Names) -> str:
+    """A bracket on the left of a product is parenthesized: ``([p]·x)·y``
+    (the bracket guards x only) reads differently from ``[p]·(x·y)``."""
+    s = _pretty(a, 2, env)
+    return f"({s})" if isinstance(a, Iverson) else s
 
 
 def pretty_type_of(e) -> str:

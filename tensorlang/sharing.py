@@ -30,6 +30,8 @@ from .ir import (
     Access,
     Add,
     Aff,
+    And,
+    Cmp,
     Exists,
     Call,
     Expr,
@@ -209,36 +211,69 @@ def needed(body: Expr, s: Expr):
     return go(body)
 
 
-def _in_range(a: Aff, extent: Aff, ranges: dict) -> bool:
-    """Is ``0 <= a < extent`` for every value of the indices in their
-    ranges and all sizes >= 0?  (Sufficient, not necessary.)"""
-    lo, hi = {}, {}
-    for s, c in a.terms:
+def _min_over(b: Aff, ranges: dict):
+    """The least value of ``b`` over the index ranges, as an Aff of sizes (None
+    if ``b`` mentions an index of unknown range)."""
+    lo = {}
+    for s, c in b.terms:
         if s in ranges:
-            top = ranges[s] - 1
-            lo[s], hi[s] = (Aff((), 0), top) if c > 0 else (top, Aff((), 0))
+            lo[s] = Aff((), 0) if c > 0 else ranges[s] - 1
         elif isinstance(s, IndexVar):
-            return False  # an index of unknown range
-        # a size variable stays symbolic
-    def nonneg(b: Aff) -> bool:
-        return not b.index_vars() and all(c >= 0 for _, c in b.terms) and b.const >= 0
-    return nonneg(a.subst(lo)) and nonneg(extent - 1 - a.subst(hi))
+            return None
+    return b.subst(lo)
+
+
+def _nonneg(b: Aff, ranges: dict, facts: tuple) -> bool:
+    """Is ``b >= 0`` for all indices in range and sizes >= 0, given the facts
+    ``f >= 0`` of the enclosing brackets?  (Sufficient: ``b`` or ``b - f``
+    is a non-negative combination.)"""
+    for cand in (b, *(b - f for f in facts)):
+        low = _min_over(cand, ranges)
+        if low is not None and all(c >= 0 for _, c in low.terms) and low.const >= 0:
+            return True
+    return False
+
+
+def _facts(p) -> tuple:
+    """Affine facts ``f >= 0`` implied by a conjunction of comparisons."""
+    match p:
+        case And(lhs=a, rhs=b):
+            return _facts(a) + _facts(b)
+        case Cmp(op="<", lhs=a, rhs=b):
+            return (b - a - 1,)
+        case Cmp(op="<=", lhs=a, rhs=b):
+            return (b - a,)
+        case Cmp(op="==", lhs=a, rhs=b):
+            return (b - a, a - b)
+    return ()
 
 
 def provably_safe(s: Expr, ranges: dict) -> bool:
     """Can ``s`` be evaluated anywhere its free indices are in range without
-    an out-of-range tensor access?  (A relation outside its extents is just
-    false, never an error.)"""
-    local = dict(ranges)
-    for x in walk(s):
-        if isinstance(x, (Gen, Sum, Exists)):
-            local[x.var] = x.extent
-    for x in walk(s):
-        if isinstance(x, Access):
-            t = type_of(x.arr)
-            if not _in_range(x.index, t.extent, local):
-                return False
-    return True
+    an out-of-range tensor access?  Each access must be in range by the ranges
+    of its indices, helped by the comparisons of the brackets around it inside
+    ``s``.  (A relation outside its extents is just false, never an error.)"""
+    memo: dict = {}
+
+    def go(x, rng, facts) -> bool:
+        key = (x, facts)
+        got = memo.get(key)
+        if got is not None:
+            return got
+        match x:
+            case Iverson(pred=p, body=b):
+                out = go(b, rng, facts + _facts(p))
+            case Gen(var=i, extent=n, body=b) | Sum(var=i, extent=n, body=b):
+                out = go(b, {**rng, i: n}, facts)
+            case Access(arr=a, index=ix):
+                ext = type_of(a).extent
+                out = _nonneg(ix, rng, facts) and _nonneg(ext - 1 - ix, rng, facts) and go(a, rng, facts)
+            case _:
+                out = all(go(c, rng, facts) for c in _binder_free_children(x))
+        memo[key] = out
+        return out
+
+    return go(s, dict(ranges), ())
 
 
 def _bind(e: Expr, shared: set) -> Expr:

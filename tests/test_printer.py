@@ -42,6 +42,9 @@ def test_subtraction_division_powers_and_negation():
     assert str(tl.exp(a) * tl.sigmoid(b)) == "exp(a)·sigmoid(b)"
     assert str((a + b) * a) == "(a + b)·a"
     assert str(a * 0.5 + -2) == "a·0.5 + -2"
+    assert str(tl.iverson(sym_aff(IndexVar("i", 3)) < 2, a) * b) == "([i < 2]·a)·b"
+    assert str(tl.iverson(sym_aff(IndexVar("i", 3)) < 2, a * b)) == "[i < 2]·a·b"
+    assert str(b * tl.iverson(sym_aff(IndexVar("i", 3)) < 2, a)) == "b·[i < 2]·a"
 
 
 def test_gens_and_sums_are_parenthesized_inside_operators():

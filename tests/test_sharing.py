@@ -122,3 +122,21 @@ def test_the_cost_model_charges_the_deconvolution_intermediate_once():
     loss = tl.sum(n, lambda i: (conv[i] - z[i]) ** 2)
     N, M = 1000, 16
     assert tl.cost(loss, n=N, m=M) == N * (2 * M - 1) + 3 * N + (N - 1)
+
+
+def test_a_term_whose_accesses_are_guarded_inside_it_needs_no_outer_bracket():
+    """gen[i] [0 ≤ i-1]·x[i-1]·c is safe anywhere: hoisted out of [0 < i] it stays unbracketed;
+    a tensor that reads out of range for small n keeps the bracket of its uses."""
+    x, c = tl.tensor("x", n), tl.scalar("c")
+    safe = tl.gen(n, lambda i: tl.iverson(i > 0, x[i - 1] * c))
+    s = explicit_sharing(tl.sum(n, lambda i: tl.iverson(i > 0, safe[i] * safe[i])))
+    assert isinstance(s, Let) and s.value is safe
+    # reads x[1], x[2]: in range only when n > 2, which the bracket around its uses says
+    unsafe = tl.gen(2, lambda k: x[k + 1] * c)
+    e = tl.sum(n, lambda i: tl.iverson(2 < n, unsafe[0] * unsafe[1] * x[i]))
+    s2 = explicit_sharing(e)
+    assert isinstance(s2, Let) and isinstance(s2.value, Iverson) and s2.value.body is unsafe
+    xv = np.array([1.0, 2.0, 3.0, 4.0])
+    assert tl.evaluate(s2, x=xv, c=2.0) == pytest.approx(tl.evaluate(e, x=xv, c=2.0))
+    assert tl.evaluate(e, x=xv[:2], c=2.0) == 0.0
+    assert tl.evaluate(s2, x=xv[:2], c=2.0) == 0.0  # the hoisted tensor is not built
