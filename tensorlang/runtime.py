@@ -1,13 +1,17 @@
 """How programs run: one entry point shared by tl.compile, tl.grad, tl.vjp, tl.jvp.
 
 ``make_callable(expr, mode=...)`` returns a callable taking the program's
-inputs by keyword.  It is a compiled kernel (``tensorlang.backend``,
-compiled lazily on the first call so building a gradient stays cheap); a
-program the backend does not support (``UnsupportedError``, e.g. a
-user-registered scalar function) runs on the reference evaluator instead,
-which is slower but exact in meaning.  ``TENSORLANG_RUNTIME=evaluator`` in
-the environment forces the evaluator everywhere (useful for tests that
-only check meaning and would otherwise spend their time in Numba).
+inputs by keyword.  It runs a compiled kernel (``tensorlang.backend``,
+compiled lazily on the first call that needs it, so building a gradient
+stays cheap); a program the backend does not support (``UnsupportedError``,
+e.g. a user-registered scalar function) runs on the reference evaluator
+instead, which is slower but has the same meaning.
+
+Policy (``TENSORLANG_RUNTIME``): ``auto`` (default) compiles once a call's
+sizes make the work worth a Numba compilation (some size >= 64, or the
+product of the sizes >= 4096; below that the evaluator is faster than
+compiling, and random-program tests stay fast), ``compiled`` always
+compiles, ``evaluator`` never does.
 """
 
 from __future__ import annotations
@@ -59,10 +63,35 @@ class LazyKernel:
         return not isinstance(self._get(), EvaluatorKernel)
 
     def __call__(self, **inputs):
+        if self._impl is None and _policy() == "auto" and not _worth_compiling(self.expr, inputs):
+            return evaluate(self.expr, **inputs)
         return self._get()(**inputs)
 
 
+COMPILE_MIN_SIZE = 64
+COMPILE_MIN_PRODUCT = 4096
+
+
+def _policy() -> str:
+    p = os.environ.get("TENSORLANG_RUNTIME", "auto").lower()
+    return p if p in ("auto", "compiled", "evaluator") else "auto"
+
+
+def _worth_compiling(expr: Expr, inputs: dict) -> bool:
+    from .evaluator import prepare_inputs
+
+    try:
+        _, sizes, _, _ = prepare_inputs(expr, inputs, exact=False)
+    except Exception:
+        return True  # let the kernel report the input error
+    vals = [v for v in sizes.values() if v > 0]
+    prod = 1
+    for v in vals:
+        prod *= v
+    return any(v >= COMPILE_MIN_SIZE for v in vals) or prod >= COMPILE_MIN_PRODUCT
+
+
 def make_callable(expr: Expr, *, mode: str = "sparse", **options):
-    if os.environ.get("TENSORLANG_RUNTIME", "").lower() == "evaluator":
+    if _policy() == "evaluator":
         return EvaluatorKernel(expr, mode)
     return LazyKernel(expr, mode, options.get("threads"))

@@ -344,12 +344,19 @@ def test_source_is_python_with_njit():
     assert isinstance(k.loop_ir.allocs[0], Alloc) and isinstance(loops(k.loop_ir.body)[0], Loop)
 
 
-def test_runtime_make_callable_uses_compiled_kernels():
+def test_runtime_make_callable_uses_compiled_kernels(monkeypatch):
     from tensorlang.runtime import make_callable
 
     f = make_callable(CASES["triangular"][0])
     np.testing.assert_allclose(f(x=X), np.cumsum(X), rtol=1e-13)
+    assert f._impl is None  # small sizes: the evaluator, no compilation
+    big = rng.standard_normal(100)
+    np.testing.assert_allclose(f(x=big), np.cumsum(big), rtol=1e-12)
     assert f.compiled and "kernel_serial" in f.source
+    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+    g = make_callable(CASES["triangular"][0])
+    np.testing.assert_allclose(g(x=X), np.cumsum(X), rtol=1e-13)
+    assert g._impl is not None and g.compiled
 
 
 def test_const_iverson_constructs():
@@ -377,3 +384,28 @@ def test_fusion_keeps_the_cost_models_count():
             assert len(tl.ir.lets(f)[0]) < len(tl.ir.lets(p)[0])
         for sizes in [dict(n=50, m=7), dict(n=3, m=5)]:
             assert tl.cost(tl.explicit_sharing(f), **sizes) == tl.cost(tl.explicit_sharing(e), **sizes)
+
+
+def test_proofs_that_need_positive_sizes_fall_back_for_empty_inputs():
+    last = tl.gen(m, lambda i: x[n - 1])  # in bounds for n >= 1 only
+    k = tl.compile(last, threads=1)
+    assert k.spec["needs_positive_sizes"]
+    np.testing.assert_array_equal(k(x=X, m=3), [X[-1]] * 3)
+    with pytest.raises(tl.TensorLangError):  # n = 0: the evaluator reports the bad access
+        k(x=np.zeros(0), m=2)
+    np.testing.assert_array_equal(k(x=np.zeros(0), m=0), np.zeros(0))
+
+
+def test_grad_returns_compiled_kernels_at_size():
+    nn, mm = tl.sizes("n m")
+    xs = tl.tensor("x", nn + mm - 1)
+    c = tl.tensor("c", mm)
+    z = tl.tensor("z", nn)
+    y = tl.gen(nn, lambda i: tl.sum(mm, lambda j: xs[i - j + mm - 1] * c[j]))
+    loss = tl.sum(nn, lambda i: (y[i] - z[i]) ** 2)
+    g = tl.grad(loss, wrt=xs)
+    xv, cv, zv = rng.standard_normal(203), rng.standard_normal(4), rng.standard_normal(200)
+    np.testing.assert_allclose(g(x=xv, c=cv, z=zv), _numpy_deconvolution_gradient(xv, cv, zv), rtol=1e-11, atol=1e-11)
+    k = tl.compile(g.program, threads=1)
+    temps = [a for a in k.loop_ir.allocs if a.role == "temporary"]
+    assert len(temps) == 1 and len(temps[0].shape) == 1  # dY only: no n x m buffer
