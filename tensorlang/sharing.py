@@ -19,7 +19,7 @@ under: ``let t = [g]·s``, where ``g`` says "some occurrence of ``s`` is
 evaluated" (the guards on the paths to it, with the loop indices between the
 home and the occurrence existentially quantified).  Where an occurrence is
 unguarded, or every access in ``s`` is in range by the ranges of its indices
-alone, no bracket is added.
+and the brackets inside ``s`` (:func:`provably_safe`), no bracket is added.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from .ir import (
     Add,
     Aff,
     And,
+    Call,
     Cmp,
     Exists,
-    Call,
     Expr,
     Gen,
     IndexVar,
