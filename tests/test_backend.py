@@ -409,3 +409,17 @@ def test_grad_returns_compiled_kernels_at_size():
     k = tl.compile(g.program, threads=1)
     temps = [a for a in k.loop_ir.allocs if a.role == "temporary"]
     assert len(temps) == 1 and len(temps[0].shape) == 1  # dY only: no n x m buffer
+
+
+def test_spmv_adjoint_gathers_over_the_transposed_relation():
+    """dv[j] = sum[i] [R(i, j)]·A[i][j]·dy[i]: the relation drives the inner
+    loop in column order (CSC), so the adjoint stays a gather."""
+    dy = tl.tensor("dy", n)
+    adj = tl.gen(n, lambda j: tl.sum(n, lambda i: tl.iverson(R(i, j), A[i, j] * dy[i])))
+    k = tl.compile(adj, threads=1)
+    kinds = [lp.kind for lp in loops(k.loop_ir.body)]
+    assert kinds == ["gen", "rel"]
+    dyv = rng.standard_normal(N)
+    np.testing.assert_allclose(k(A=AA, dy=dyv, R=RR), (AA * RR).T @ dyv, rtol=1e-12)
+    vjp = tl.vjp(tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(R(i, j), A[i, j] * v[j]))), wrt=v)
+    np.testing.assert_allclose(vjp(A=AA, v=V, R=RR, dy=dyv), (AA * RR).T @ dyv, rtol=1e-12)

@@ -129,8 +129,8 @@ class Kernel:
                 val = val[k]
             args.append(np.ascontiguousarray(val, dtype=np.float64) if rank else float(val))
         rels = {r.name: d for r, d in relations.items()}
-        for name, ptrs, cols in self.spec["relations"]:
-            args += _relation_arrays(rels[name], ptrs, cols)
+        for name, perm, ptrs, cols in self.spec["relations"]:
+            args += _relation_arrays(rels[name], perm, ptrs, cols)
         fn, threads = self._variant(sizes)
         if threads is not None:
             import numba
@@ -146,9 +146,12 @@ class Kernel:
         return _aos(_rebuild(self.spec["outputs"], res), type_of(self.expr))
 
 
-def _relation_arrays(dense: np.ndarray, ptrs, cols):
-    coords = np.argwhere(dense).astype(np.int64)  # lexicographically sorted
-    ext = dense.shape
+def _relation_arrays(dense: np.ndarray, perm, ptrs, cols):
+    """CSR-like data of a relation with its columns in the order ``perm``:
+    coordinates sorted lexicographically, ``ptr{L}`` the row starts over the
+    first ``L`` columns (flattened), ``c{k}`` column ``k``."""
+    coords = np.argwhere(np.transpose(dense, perm)).astype(np.int64)  # sorted
+    ext = tuple(dense.shape[k] for k in perm)
     out = []
     for L in ptrs:
         if L == 0:

@@ -160,8 +160,8 @@ class Lowerer:
             raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
         self.mode = mode
         self._count = 0
-        self.rel_ptrs: dict = {}  # Relation -> set of prefix lengths
-        self.rel_cols: dict = {}  # Relation -> set of columns
+        # (Relation, column order) -> {"ptrs": prefix lengths, "cols": columns}
+        self.rel_use: dict = {}
         self.helpers: set = set()
         self.allocs: list = []
         # sizes and inputs
@@ -254,55 +254,69 @@ class Lowerer:
         return stmts, full
 
     def _drivable(self, rel: Rel, names, syms):
-        """Prefix length L when ``R(a_0..a_{L-1}, j_L..)``: trailing args are distinct
-        plain block indices and the prefix mentions none of them."""
-        args = rel.args
+        """``(perm, L)`` when the relation can drive the block: every argument is
+        either a distinct plain block index or mentions no block index.  ``perm``
+        lists the outer arguments' positions, then the block indices'; the
+        relation's coordinates are iterated sorted in that column order (the
+        transposed, CSC-like order for ``R(j, i)`` with ``j`` in the block)."""
         block_vars = set(syms)
-        L = len(args)
-        while L > 0:
-            a = args[L - 1]
+        outer, inner, seen = [], [], set()
+        for k, a in enumerate(rel.args):
             if len(a.terms) == 1 and a.const == 0 and a.terms[0][1] == 1 and a.terms[0][0] in block_vars:
-                L -= 1
+                if a.terms[0][0] in seen:
+                    return None
+                seen.add(a.terms[0][0])
+                inner.append(k)
+            elif a.index_vars() & block_vars:
+                return None
             else:
-                break
-        if L == len(args):
+                outer.append(k)
+        if not inner:
             return None
-        driven = [a.terms[0][0] for a in args[L:]]
-        if len(set(driven)) != len(driven):
-            return None
-        if any(a.index_vars() & block_vars for a in args[:L]):
-            return None
-        return L
+        return tuple(outer + inner), len(outer)
+
+    def _use_rel(self, r, perm, ptr=None, col=None) -> str:
+        use = self.rel_use.setdefault((r, perm), {"ptrs": set(), "cols": set()})
+        if ptr is not None:
+            use["ptrs"].add(ptr)
+        if col is not None:
+            use["cols"].add(col)
+        return _rel_name(r, perm)
 
     def _driven(self, rel: Rel, names, syms, scope: Scope, sc: Scope, cons, body, kind):
-        L = self._drivable(rel, names, syms)
+        perm, L = self._drivable(rel, names, syms)
         r = rel.rel
-        self.rel_ptrs.setdefault(r, set()).add(L)
-        driven = [syms[a.terms[0][0]] for a in rel.args[L:]]
-        rest = [nm for nm in names if nm not in driven]
-        rows = self._row_code(rel, L, scope)
+        args = [rel.args[k] for k in perm]
+        exts = [r.extents[k] for k in perm]
+        nm = self._use_rel(r, perm, ptr=L)
+        driven = [syms[a.terms[0][0]] for a in args[L:]]
+        rest = [d for d in names if d not in driven]
+        rows = self._row_code(args[:L], exts[:L], scope)
         pvar = self.fresh("p")
         assigns = []
-        for k, nm in enumerate(driven):
-            self.rel_cols.setdefault(r, set()).add(L + k)
-            assigns.append(Assign(nm, f"{_rel_name(r)}_c{L + k}[{pvar}]"))
+        for k, d in enumerate(driven):
+            self._use_rel(r, perm, col=L + k)
+            assigns.append(Assign(d, f"{nm}_c{L + k}[{pvar}]"))
         dscope = scope.child(
             {i: syms[i] for i in syms if syms[i] in driven},
             params=driven,
-            cons=[f"0 <= {nm} < {scope.aff(n)}" for nm, n in zip(driven, r.extents[L:])],
+            cons=[f"0 <= {d} < {scope.aff(n)}" for d, n in zip(driven, exts[L:])],
         )
         inner = to_loops(ast_for(dscope, rest, cons), rest, body, kind)
-        ptr = f"{_rel_name(r)}_ptr{L}"
+        ptr = f"{nm}_ptr{L}"
         loop = Loop(pvar, f"{ptr}[{rows}]", f"{ptr}[({rows}) + 1]", 1, assigns + inner, "rel")
-        guard = [f"0 <= {self.py_aff(a, scope)} < {self.py_aff(n, scope)}" for a, n in zip(rel.args[:L], r.extents)]
-        need = [g for g, a, n in zip(guard, rel.args[:L], r.extents) if not scope.holds(f"0 <= {scope.aff(a)} < {scope.aff(n)}")]
+        need = [
+            f"(0 <= {self.py_aff(a, scope)} < {self.py_aff(n, scope)})"
+            for a, n in zip(args[:L], exts[:L])
+            if not scope.holds(f"0 <= {scope.aff(a)} < {scope.aff(n)}")
+        ]
         if need:
-            return [If(" and ".join(f"({g})" for g in need), [loop])]
+            return [If(" and ".join(need), [loop])]
         return [loop]
 
-    def _row_code(self, rel: Rel, L: int, scope: Scope) -> str:
+    def _row_code(self, args, exts, scope: Scope) -> str:
         code = None
-        for a, n in zip(rel.args[:L], rel.rel.extents[:L]):
+        for a, n in zip(args, exts):
             a_code = self.py_aff(a, scope)
             code = a_code if code is None else f"({code}) * ({self.py_aff(n, scope)}) + ({a_code})"
         return code or "0"
@@ -449,14 +463,14 @@ class Lowerer:
                 return s1 + s2, f"({c1} {op} {c2})"
             case Rel(rel=r, args=args):
                 L = len(args) - 1
-                self.rel_ptrs.setdefault(r, set()).add(L)
-                self.rel_cols.setdefault(r, set()).add(L)
+                ident = tuple(range(len(args)))
+                self._use_rel(r, ident, ptr=L, col=L)
                 self.helpers.add("rel_has")
                 rng = " and ".join(
                     f"(0 <= ({self.py_aff(a, sc)}) < ({self.py_aff(n, sc)}))" for a, n in zip(args, r.extents)
                 )
-                row = self._row_code(p, L, sc)
-                nm = _rel_name(r)
+                row = self._row_code(args[:L], r.extents[:L], sc)
+                nm = _rel_name(r, ident)
                 call = f"_rel_has({nm}_ptr{L}, {nm}_c{L}, {row}, {self.py_aff(args[-1], sc)})"
                 return [], f"({rng} and {call})"
             case Exists(var=i, extent=n, body=b):
@@ -501,8 +515,11 @@ def _uindex(code: str) -> str:
     return f"U({code})"
 
 
-def _rel_name(r) -> str:
-    return "rel_" + py_ident(r.name)
+def _rel_name(r, perm) -> str:
+    base = "rel_" + py_ident(r.name)
+    if perm == tuple(range(len(perm))):
+        return base
+    return base + "_t" + "".join(map(str, perm))
 
 
 def _leaves(t, path=()):
@@ -565,11 +582,11 @@ def lower_program(program: Expr, mode: str = "sparse"):
         args.append(name)
         inputs.append([v.name, list(path), len(ext)])
     rels = []
-    for r in sorted(set(lw.rel_ptrs) | set(lw.rel_cols), key=lambda r: r.name):
-        ptrs = sorted(lw.rel_ptrs.get(r, ()))
-        cols = sorted(lw.rel_cols.get(r, ()))
-        args += [f"{_rel_name(r)}_ptr{L}" for L in ptrs] + [f"{_rel_name(r)}_c{k}" for k in cols]
-        rels.append([r.name, ptrs, cols])
+    for (r, perm), use in sorted(lw.rel_use.items(), key=lambda kv: (kv[0][0].name, kv[0][1])):
+        ptrs, cols = sorted(use["ptrs"]), sorted(use["cols"])
+        nm = _rel_name(r, perm)
+        args += [f"{nm}_ptr{L}" for L in ptrs] + [f"{nm}_c{k}" for k in cols]
+        rels.append([r.name, list(perm), ptrs, cols])
     work = []
     for x, rhs in binds:
         g, _ = gens(rhs)
