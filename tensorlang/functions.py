@@ -46,6 +46,8 @@ def lookup(name: str) -> FunctionDef:
     if fd is None:
         if name.startswith("pow[") and name.endswith("]"):
             return power_def(float(name[4:-1]))
+        if name.startswith("D[") and name.endswith("]"):
+            return derivative_def(name[2:-1])
         raise TensorLangError(f"unknown scalar function {name!r}; register it with tl.register_function")
     return fd
 
@@ -129,3 +131,128 @@ def power_def(k: float) -> FunctionDef:
     dom = "all reals" if isinstance(kk, int) and kk >= 0 else ("x != 0" if isinstance(kk, int) else "x > 0")
     return register(FunctionDef(name, 1, np_pow, lambda x, ks=ks: x**ks, partials, domain=dom))
 
+
+
+# -- the black-box total derivative Df (rule 6.6) ---------------------------------
+#
+# Rule 6.6 reads  D⟦f(e0, …)⟧σ ==> Df(e0, …; D⟦e0⟧σ, …)  with Df "the black-box
+# function's total derivative": one application, costed 1 by rule 4.26 like
+# any black box.  ``D[f]`` is that function, of arity 2k (arguments, then
+# tangents), denoting  sum_k (d_k f)(x)·t_k.  The adjoint rule 6.47 uses it
+# with a one-hot tangent: DT_k f(x, dy) = D[f](x; 0, …, dy, …, 0).  Its
+# implementations and its own partials (for higher-order derivatives) are
+# derived from f's partials, so a user function registered with partials
+# gets D[f] for free.
+
+
+def derivative_name(name: str) -> str:
+    return f"D[{name}]"
+
+
+def expand_derivative(name: str, args, tangents) -> Expr:
+    """``sum_k (d_k f)(args)·t_k`` as an IR expression; zero tangents dropped."""
+    fd = lookup(name)
+    terms = [Mul(p, t) for p, t in zip(fd.partials(*args), tangents) if not (isinstance(t, Const) and t.value == 0)]
+    if not terms:
+        return Const(0)
+    out = terms[0]
+    for t in terms[1:]:
+        out = Add(out, t)
+    return out
+
+
+def _placeholders(k: int):
+    from .ir import REAL, Var
+
+    return tuple(Var(f"_a{j}", -1000 - j, REAL) for j in range(k))
+
+
+def _scalar_eval(e: Expr, env: dict, exact: bool):
+    """Evaluate a scalar IR expression over placeholders (elementwise on arrays)."""
+    from .ir import Var
+
+    match e:
+        case Var():
+            return env[e]
+        case Const(value=v):
+            return sympy.nsimplify(v) if exact else v
+        case Add(lhs=a, rhs=b):
+            return _scalar_eval(a, env, exact) + _scalar_eval(b, env, exact)
+        case Mul(lhs=a, rhs=b):
+            return _scalar_eval(a, env, exact) * _scalar_eval(b, env, exact)
+        case Call(fn=f, args=args):
+            fd = lookup(f)
+            vals = [_scalar_eval(a, env, exact) for a in args]
+            return fd.sympy(*vals) if exact else fd.numpy(*vals)
+        case _:
+            raise TensorLangError(f"partials must be scalar expressions of the arguments, got {e!r}")
+
+
+def _diff(e: Expr, v) -> Expr:
+    """d e / d v for a scalar expression over placeholders (chain rule through partials)."""
+    from .ir import Var
+
+    match e:
+        case Var():
+            return Const(1) if e is v else Const(0)
+        case Const():
+            return Const(0)
+        case Add(lhs=a, rhs=b):
+            return _add(_diff(a, v), _diff(b, v))
+        case Mul(lhs=a, rhs=b):
+            return _add(_mul(_diff(a, v), b), _mul(a, _diff(b, v)))
+        case Call(fn=f, args=args):
+            out: Expr = Const(0)
+            for p, a in zip(lookup(f).partials(*args), args):
+                out = _add(out, _mul(p, _diff(a, v)))
+            return out
+        case _:
+            raise TensorLangError(f"cannot differentiate {e!r}")
+
+
+def _add(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and a.value == 0:
+        return b
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    return Add(a, b)
+
+
+def _mul(a: Expr, b: Expr) -> Expr:
+    if (isinstance(a, Const) and a.value == 0) or (isinstance(b, Const) and b.value == 0):
+        return Const(0)
+    if isinstance(a, Const) and a.value == 1:
+        return b
+    if isinstance(b, Const) and b.value == 1:
+        return a
+    return Mul(a, b)
+
+
+def derivative_def(name: str) -> FunctionDef:
+    """The black box ``D[f]`` of rule 6.6 (registered on first use)."""
+    dname = derivative_name(name)
+    fd = _REGISTRY.get(dname)
+    if fd is not None:
+        return fd
+    base = lookup(name)
+    k = base.arity
+    xs = _placeholders(2 * k)
+    args, tans = xs[:k], xs[k:]
+    body = expand_derivative(name, args, tans)
+
+    def run(exact):
+        def impl(*vals):
+            return _scalar_eval(body, dict(zip(xs, vals)), exact)
+
+        return impl
+
+    def partials(*actual):
+        # d/dx_j D[f](x; t) = sum_k d_j(d_k f)(x)·t_k ;  d/dt_k D[f](x; t) = (d_k f)(x)
+        from .ir import subst
+
+        mapping = dict(zip(xs, actual))
+        wrt_x = tuple(subst(_diff(body, a), vals=mapping) for a in args)
+        wrt_t = tuple(subst(p, vals=mapping) for p in base.partials(*args))
+        return wrt_x + wrt_t
+
+    return register(FunctionDef(dname, 2 * k, run(False), run(True), partials, domain=base.domain))
