@@ -1,0 +1,283 @@
+"""Let-lifting: paper Section 5.1, Figure 7 (RULES.md Section 4.1), rules 5.1-5.10.
+
+Moves every ``let`` to the outermost level, so a program becomes a block of
+statements followed by a let-free result::
+
+    Le ::= e  |  let x = e in Le          (e contains no let)
+
+Precondition: none.  Following the Notes of RULES.md: every rule also covers
+its symmetric cases (right operand, any function argument, second pair
+component, ``π1``), and 5.10 is used in its corrected form
+``let x = (let y = e0 in e1) in e2 ==> let y = e0 in let x = e1 in e2``.
+
+The paper assumes no re-use of variable names.  Interning can make one
+``let`` node occur twice, so a lifted binder is renamed whenever it would
+capture a sibling's free variable, and the rules that change a bound value
+(5.6, 5.7, 5.9) bind a fresh variable: two copies of a shared ``let`` then
+never bind one name to two different values.
+"""
+
+from __future__ import annotations
+
+from tensorlang.errors import UnsupportedError, describe
+from tensorlang.ir import (
+    Access,
+    Add,
+    Call,
+    Const,
+    Expr,
+    Gen,
+    Iverson,
+    Let,
+    Mul,
+    Pair,
+    Proj,
+    Sum,
+    TensorT,
+    Var,
+    free_vars,
+    fresh_var,
+    make_lets,
+    meta,
+    subst,
+    sym_aff,
+)
+
+from .rules import rule
+
+# --------------------------------------------------------------------------
+# Capture avoidance
+
+
+def _avoiding(l: Let, *others: Expr) -> Let:
+    """``l`` with its binder renamed if it occurs free in one of ``others``
+    (the side condition ``x ∉ FV(e2)`` of every lifting rule)."""
+    x = l.var
+    if not any(x in free_vars(o) for o in others):
+        return l
+    y = fresh_var(x.name, x.type)
+    return Let(y, l.value, subst(l.body, {x: y}))
+
+
+# --------------------------------------------------------------------------
+# The rules of Figure 7
+
+
+@rule("5.1", figure=7)
+def lift_add(e: Expr):
+    """(let x = e0 in e1) + e2 ==> let x = e0 in e1 + e2
+    (symmetric: e2 + (let x = e0 in e1) ==> let x = e0 in e2 + e1)"""
+    match e:
+        case Add(lhs=Let() as l, rhs=r):
+            l = _avoiding(l, r)
+            return Let(l.var, l.value, Add(l.body, r))
+        case Add(lhs=a, rhs=Let() as l):
+            l = _avoiding(l, a)
+            return Let(l.var, l.value, Add(a, l.body))
+    return None
+
+
+@rule("5.2", figure=7)
+def lift_mul(e: Expr):
+    """(let x = e0 in e1) · e2 ==> let x = e0 in e1 · e2
+    (symmetric: e2 · (let x = e0 in e1) ==> let x = e0 in e2 · e1)"""
+    match e:
+        case Mul(lhs=Let() as l, rhs=r):
+            l = _avoiding(l, r)
+            return Let(l.var, l.value, Mul(l.body, r))
+        case Mul(lhs=a, rhs=Let() as l):
+            l = _avoiding(l, a)
+            return Let(l.var, l.value, Mul(a, l.body))
+    return None
+
+
+@rule("5.3", figure=7)
+def lift_call(e: Expr):
+    """f(…, let x = e0 in e1, …) ==> let x = e0 in f(…, e1, …)
+    (the first let-argument is lifted; the paper prints the first position)"""
+    if not isinstance(e, Call):
+        return None
+    for k, a in enumerate(e.args):
+        if isinstance(a, Let):
+            l = _avoiding(a, *(b for j, b in enumerate(e.args) if j != k))
+            args = e.args[:k] + (l.body,) + e.args[k + 1 :]
+            return Let(l.var, l.value, Call(e.fn, args))
+    return None
+
+
+@rule("5.4", figure=7)
+def lift_pair(e: Expr):
+    """(let x = e0 in e1, e2) ==> let x = e0 in (e1, e2)
+    (symmetric: (e2, let x = e0 in e1) ==> let x = e0 in (e2, e1))"""
+    match e:
+        case Pair(fst=Let() as l, snd=r):
+            l = _avoiding(l, r)
+            return Let(l.var, l.value, Pair(l.body, r))
+        case Pair(fst=a, snd=Let() as l):
+            l = _avoiding(l, a)
+            return Let(l.var, l.value, Pair(a, l.body))
+    return None
+
+
+@rule("5.5", figure=7)
+def lift_proj(e: Expr):
+    """π_k (let x = e0 in e1) ==> let x = e0 in π_k e1      (k = 0, 1)"""
+    match e:
+        case Proj(index=k, arg=Let() as l):
+            return Let(l.var, l.value, Proj(k, l.body))
+    return None
+
+
+def _lift_binder(e: Expr):
+    """Shared by 5.6 and 5.7: the let-bound x becomes a tensor x' over the
+    binder's range, read back as x'[i]."""
+    i, n, l = e.var, e.extent, e.body
+    x = l.var
+    x2 = fresh_var(x.name, TensorT(n, x.type))
+    body = subst(l.body, {x: Access(x2, sym_aff(i))})
+    return Let(x2, Gen(i, n, l.value), type(e)(i, n, body))
+
+
+@rule("5.6", figure=7)
+def lift_gen(e: Expr):
+    """gen[i:n] (let x = e0 in e1) ==> let x = (gen[i:n] e0) in gen[i:n] [x ↦ x[i]] e1"""
+    if isinstance(e, Gen) and isinstance(e.body, Let):
+        return _lift_binder(e)
+    return None
+
+
+@rule("5.7", figure=7)
+def lift_sum(e: Expr):
+    """sum[i:n] (let x = e0 in e1) ==> let x = (gen[i:n] e0) in sum[i:n] [x ↦ x[i]] e1"""
+    if isinstance(e, Sum) and isinstance(e.body, Let):
+        return _lift_binder(e)
+    return None
+
+
+@rule("5.8", figure=7)
+def lift_access(e: Expr):
+    """(let x = e0 in e1)[a] ==> let x = e0 in e1[a]"""
+    match e:
+        case Access(arr=Let() as l, index=a):
+            return Let(l.var, l.value, Access(l.body, a))
+    return None
+
+
+@rule("5.9", figure=7)
+def lift_iverson(e: Expr):
+    """[p]·(let x = e0 in e1) ==> let x = [p]·e0 in [p]·e1
+    (the bracket on e0 is what keeps the rule cost-neutral)"""
+    match e:
+        case Iverson(pred=p, body=Let() as l):
+            x = l.var
+            x2 = fresh_var(x.name, x.type)  # a new value: a new name
+            return Let(x2, Iverson(p, l.value), Iverson(p, subst(l.body, {x: x2})))
+    return None
+
+
+@rule("5.10", figure=7)
+def lift_let(e: Expr):
+    """let x = (let y = e0 in e1) in e2 ==> let y = e0 in let x = e1 in e2
+    (the corrected form; the printed one leaves y unbound in e1)"""
+    match e:
+        case Let(var=x, value=Let() as l, body=e2):
+            l = _avoiding(l, e2, x)
+            return Let(l.var, l.value, Let(x, l.body, e2))
+    return None
+
+
+_RULES = {
+    Add: (lift_add,),
+    Mul: (lift_mul,),
+    Call: (lift_call,),
+    Pair: (lift_pair,),
+    Proj: (lift_proj,),
+    Gen: (lift_gen,),
+    Sum: (lift_sum,),
+    Access: (lift_access,),
+    Iverson: (lift_iverson,),
+    Let: (lift_let,),
+}
+
+
+# --------------------------------------------------------------------------
+# The pass
+
+
+def let_lift(e: Expr) -> Expr:
+    """Signature: let_lift : Expr -> Le, with ⟦let_lift(e)⟧σ = ⟦e⟧σ and
+    $⟦let_lift(e)⟧σ ≤ $⟦e⟧σ.
+
+    Structural recursion: the children are lifted first (each is then a
+    let-block around a let-free core), then the rules of Figure 7 fire at
+    the root until none matches; each firing exposes one more binding.
+    Results are memoized on the (interned) nodes, so the pass is a pure
+    function and ``let_lift(let_lift(e)) is let_lift(e)``.
+    """
+    return _lift(e)
+
+
+def _lift(e: Expr) -> Expr:
+    m = meta(e)
+    got = m.get("let_lift")
+    if got is not None:
+        return got
+    match e:
+        case Var() | Const():
+            node = e
+        case Add(lhs=a, rhs=b):
+            node = Add(_lift(a), _lift(b))
+        case Mul(lhs=a, rhs=b):
+            node = Mul(_lift(a), _lift(b))
+        case Call(fn=f, args=args):
+            node = Call(f, tuple(_lift(a) for a in args))
+        case Pair(fst=a, snd=b):
+            node = Pair(_lift(a), _lift(b))
+        case Proj(index=k, arg=a):
+            node = Proj(k, _lift(a))
+        case Gen(var=i, extent=n, body=b):
+            node = Gen(i, n, _lift(b))
+        case Sum(var=i, extent=n, body=b):
+            node = Sum(i, n, _lift(b))
+        case Access(arr=a, index=ix):
+            node = Access(_lift(a), ix)
+        case Iverson(pred=p, body=b):
+            node = Iverson(p, _lift(b))
+        case Let():
+            node = _lift_block(e)
+        case _:
+            raise UnsupportedError(f"let-lifting: not a value expression: {describe(e)}")
+    out = _at_root(node)
+    m["let_lift"] = out
+    meta(out)["let_lift"] = out
+    return out
+
+
+def _lift_block(e: Let) -> Expr:
+    """A let chain, iteratively (long blocks must not exhaust the stack):
+    lift every value and the result, then re-assemble innermost first."""
+    chain = []
+    while isinstance(e, Let):
+        chain.append(e)
+        e = e.body
+    out = _lift(e)
+    for l in reversed(chain):
+        out = _at_root(Let(l.var, _lift(l.value), out))
+    return out
+
+
+def _at_root(node: Expr) -> Expr:
+    """Apply the rules at the root while one matches.  Every rule returns
+    ``let x = v in b`` with ``v`` let-free (children are already lifted), so
+    only ``b`` can still be a redex: the statements are collected in order."""
+    prefix = []
+    while True:
+        rules = _RULES.get(type(node), ())
+        for r in rules:
+            out = r(node)
+            if out is not None:
+                break
+        else:
+            return make_lets(prefix, node)
+        prefix.append((out.var, out.value))
+        node = out.body
