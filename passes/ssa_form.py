@@ -168,7 +168,7 @@ def classify(rhs: Expr):
             return ContractRHS(tuple(gbinds), (), p, (a, b))
         return None
     a = _plain_access(inner, gset)
-    if a and isinstance(inner, Access):
+    if a:  # X[~a] or a broadcast gen[~g] [p]·X (a bare X is an InputRHS, above)
         return ContractRHS(tuple(gbinds), (), p, (a,))
     return None
 
