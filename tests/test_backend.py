@@ -303,7 +303,6 @@ def test_inputs_validated_and_converted():
 
 
 def test_unsupported_function_is_an_unsupported_error():
-    from tensorlang.backend.lower import Lowerer  # noqa: F401  (module imports)
     from tensorlang.ir import Call
 
     e = tl.gen(n, lambda i: x[i])

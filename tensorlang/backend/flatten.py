@@ -251,8 +251,10 @@ def _value(e: Expr, binds: list, memo: dict) -> Expr:
                 return _value(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
             binds.append((v, _rhs(e0, binds)))
             return _value(e1, binds, memo)
+        case Var() | Const() | Gen() | Let() | Add() | Mul() | Call() | Sum():
+            return e  # nothing to push out: the caller decides
         case _:
-            return e
+            raise UnsupportedError(f"not a value expression: {e!r}")
 
 
 def _access(base: Expr, idx: list, binds: list, memo: dict) -> Expr:

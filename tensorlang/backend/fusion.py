@@ -28,7 +28,6 @@ from ..ir import (
     Add,
     Call,
     Const,
-    Exists,
     Expr,
     Gen,
     Iverson,
@@ -308,7 +307,7 @@ def fuse(binds, outs, base: Scope):
     return binds
 
 
-__all__ = ["split_program", "resolve_aliases", "fuse", "out_vars", "rhs_ok", "zero_cost", "Exists"]
+__all__ = ["split_program", "resolve_aliases", "fuse", "fused_program", "out_vars", "rhs_ok", "zero_cost"]
 
 
 def fused_program(expr: Expr) -> Expr:

@@ -24,7 +24,6 @@ import math
 
 from ..errors import TensorLangError, UnsupportedError, describe
 from ..ir import (
-    TRUE,
     Access,
     Add,
     Aff,
@@ -35,7 +34,6 @@ from ..ir import (
     Const,
     Exists,
     Expr,
-    IndexVar,
     Iverson,
     Let,
     Mul,
@@ -45,7 +43,6 @@ from ..ir import (
     Proj,
     RealT,
     Rel,
-    SizeVar,
     Sum,
     TensorT,
     Var,
@@ -58,8 +55,8 @@ from ..ir import (
     size_vars,
     sums,
 )
-from ..typecheck import type_of
 from .astgen import to_loops
+from .hoist import hoist, occurrences, split_bracket
 from .domains import (
     Scope,
     ast_for,
@@ -72,62 +69,6 @@ from .domains import (
     size_name,
 )
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
-
-
-# -- bracket hoisting ------------------------------------------------------------
-
-
-def split_bracket(e: Expr):
-    if isinstance(e, Iverson):
-        return e.pred, e.body
-    return TRUE, e
-
-
-def hoist(e: Expr, memo=None) -> Expr:
-    """Signature: hoist : Expr -> Expr (scalar); brackets rise through ``*``,
-    nested brackets merge, ``[p]a + [q]b`` gains an outer ``[p ∨ q]``."""
-    memo = {} if memo is None else memo
-    got = memo.get(e)
-    if got is not None:
-        return got
-    match e:
-        case Const() | Var() | Proj() | Access():
-            out = e
-        case Mul(lhs=a, rhs=b):
-            pa, a2 = split_bracket(hoist(a, memo))
-            pb, b2 = split_bracket(hoist(b, memo))
-            out = _bracket(conj(pa, pb), Mul(a2, b2))
-        case Iverson(pred=p, body=b):
-            q, b2 = split_bracket(hoist(b, memo))
-            out = _bracket(conj(p, q), b2)
-        case Add(lhs=a, rhs=b):
-            a1, b1 = hoist(a, memo), hoist(b, memo)
-            pa, a2 = split_bracket(a1)
-            pb, b2 = split_bracket(b1)
-            if pa is not TRUE and pa is pb:
-                out = _bracket(pa, Add(a2, b2))
-            elif pa is not TRUE and pb is not TRUE:
-                out = Iverson(Or(pa, pb), Add(a1, b1))
-            else:
-                out = Add(a1, b1)
-        case Call(fn=f, args=args):
-            out = Call(f, tuple(hoist(a, memo) for a in args))
-        case Sum(var=i, extent=n, body=b):
-            out = Sum(i, n, hoist(b, memo))
-        case Let(var=v, value=e0, body=e1):
-            out = Let(v, hoist(e0, memo), hoist(e1, memo))
-        case _:
-            raise UnsupportedError(f"the backend cannot lower {describe(e)}")
-    memo[e] = out
-    return out
-
-
-def _bracket(p, e):
-    if p is TRUE:
-        return e
-    if isinstance(p, BoolLit):  # FALSE
-        return Const(0)
-    return Iverson(p, e)
 
 
 # -- scalar functions ---------------------------------------------------------------
@@ -196,7 +137,7 @@ class Lowerer:
     def binding(self, x: Var, rhs: Expr, role: str) -> list:
         gb, body = gens(rhs)
         body = hoist(body)
-        self.shared = _occurrences(body)
+        self.shared = occurrences(body)
         self.cse, self._keep = {}, []
         if not gb:
             st, code = self.scalar(body, self.scope0)
@@ -482,33 +423,6 @@ class Lowerer:
                 return [Assign(ex, "False"), loop], ex
             case _:
                 raise UnsupportedError(f"not a predicate: {p!r}")
-
-
-def _occurrences(e: Expr) -> dict:
-    """Number of tree occurrences of each sub-term (a DAG node may occur many times)."""
-    counts: dict = {}
-
-    def go(x, k):
-        counts[x] = counts.get(x, 0) + k
-        if counts[x] > k:  # children already counted once per earlier visit
-            return
-        for c in _subterms(x):
-            go(c, 1)
-
-    go(e, 1)
-    return counts
-
-
-def _subterms(x):
-    match x:
-        case Add(lhs=a, rhs=b) | Mul(lhs=a, rhs=b) | Let(value=a, body=b):
-            return (a, b)
-        case Call(args=args):
-            return args
-        case Sum(body=b) | Iverson(body=b):
-            return (b,)
-        case _:
-            return ()
 
 
 def _uindex(code: str) -> str:
