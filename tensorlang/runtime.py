@@ -60,7 +60,8 @@ class LazyKernel:
 
     @property
     def compiled(self) -> bool:
-        return not isinstance(self._get(), EvaluatorKernel)
+        """Have calls run a compiled kernel (False before the first call that compiles)?"""
+        return self._impl is not None and not isinstance(self._impl, EvaluatorKernel)
 
     def __call__(self, **inputs):
         if self._impl is None and _policy() == "auto" and not _worth_compiling(self.expr, inputs):

@@ -422,3 +422,19 @@ def test_spmv_adjoint_gathers_over_the_transposed_relation():
     np.testing.assert_allclose(k(A=AA, dy=dyv, R=RR), (AA * RR).T @ dyv, rtol=1e-12)
     vjp = tl.vjp(tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(R(i, j), A[i, j] * v[j]))), wrt=v)
     np.testing.assert_allclose(vjp(A=AA, v=V, R=RR, dy=dyv), (AA * RR).T @ dyv, rtol=1e-12)
+
+
+def test_pooled_temporaries_are_reused_and_zeroed_per_call():
+    # a temporary whose domain does not cover it (zeroed in the kernel each call)
+    w = tl.let(tl.gen(n, lambda i: tl.iverson(i >= 2, tl.exp(x[i]))), lambda t: tl.gen(n, lambda i: t[i] * t[i] + t[n - 1 - i]))
+    k = tl.compile(w, threads=1)
+    assert [a.pooled for a in k.loop_ir.allocs] == [True, False]
+    ew = np.where(np.arange(N) >= 2, np.exp(X), 0.0)
+    want = ew * ew + ew[::-1]
+    first = k(x=X)
+    np.testing.assert_allclose(first, want, rtol=1e-14)
+    np.testing.assert_allclose(k(x=-X), np.where(np.arange(N) >= 2, np.exp(-X), 0) ** 2 + np.where(np.arange(N) >= 2, np.exp(-X), 0)[::-1], rtol=1e-14)
+    np.testing.assert_allclose(first, want, rtol=1e-14)  # the returned array is not the pool's
+    small = X[:4]
+    es = np.where(np.arange(4) >= 2, np.exp(small), 0.0)
+    np.testing.assert_allclose(k(x=small), es * es + es[::-1], rtol=1e-14)

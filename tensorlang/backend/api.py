@@ -22,6 +22,7 @@ variant on k threads.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -82,6 +83,7 @@ class Kernel:
         self.cache_hit = hit
         self._ir = None
         self.python = False  # run the generated source as plain Python (tests)
+        self._pool = threading.local()
 
     @property
     def loop_ir(self):
@@ -109,6 +111,20 @@ class Kernel:
             return par, None
         return par, int(self.threads)
 
+    def _temporaries(self, sizes: dict) -> list:
+        """The let-bound temporaries, from a per-thread pool (reused across calls)."""
+        pool = getattr(self._pool, "arrays", None)
+        if pool is None:
+            pool = self._pool.arrays = {}
+        out = []
+        for name, dims in self.spec.get("temporaries", []):
+            shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
+            arr = pool.get(name)
+            if arr is None or arr.shape != shape:
+                arr = pool[name] = np.empty(shape, dtype=np.float64)
+            out.append(arr)
+        return out
+
     def __call__(self, **inputs):
         from ..evaluator import prepare_inputs
 
@@ -131,6 +147,7 @@ class Kernel:
         rels = {r.name: d for r, d in relations.items()}
         for name, perm, ptrs, cols in self.spec["relations"]:
             args += _relation_arrays(rels[name], perm, ptrs, cols)
+        args += self._temporaries(sizes)
         fn, threads = self._variant(sizes)
         if threads is not None:
             import numba

@@ -68,6 +68,9 @@ def _stmts(stmts, depth: int, par: bool, lines: list) -> None:
         lines.append(f"{ind}pass\n")
     for s in stmts:
         match s:
+            case Alloc(name=n, zero=z, pooled=True):
+                if z:
+                    lines.append(f"{ind}{n}[...] = 0.0\n")
             case Alloc(name=n, shape=sh, zero=z):
                 shape = ", ".join(f"max(0, {x})" for x in sh)
                 fn = "np.zeros" if z else "np.empty"

@@ -73,6 +73,7 @@ class Alloc:
     zero: bool  # zero-initialised (the domain does not cover the array)
     role: str  # 'output' or 'temporary'
     binding: str  # the let variable it holds
+    pooled: bool = False  # a temporary passed in by the caller, reused across calls
 
 
 @dataclass

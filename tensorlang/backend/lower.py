@@ -506,6 +506,15 @@ def lower_program(program: Expr, mode: str = "sparse"):
         g, _ = gens(rhs)
         if g:
             work.append([[[[s.name, c] for s, c in n.terms], n.const] for _, n in g])
+    # Temporaries come from a per-kernel pool: fresh 8 MB arrays each call
+    # cost more in page faults than a gradient's arithmetic.
+    temps = []
+    for x, (name, ext) in lw.arrays.items():
+        alloc = next(a for a in lw.allocs if a.name == name)
+        if alloc.role == "temporary":
+            alloc.pooled = True
+            args.append(name)
+            temps.append([name, [[[[s.name, c] for s, c in n.terms], n.const] for n in ext]])
     ir = KernelIR(args, lw.allocs, body, results, lw.helpers)
     spec = {
         "sizes": sizes,
@@ -515,6 +524,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "work": work,
         "mode": mode,
         "needs_positive_sizes": lw.scope0.facts["needs_positive"],
+        "temporaries": temps,
     }
     return ir, spec
 
