@@ -160,3 +160,23 @@ def plots(doc, out: Path) -> list:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def main(argv=None) -> int:
+    """``python -m benchmarks.report DIR``: rewrite DIR/results.md and the plots from DIR/results.json."""
+    import json
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m benchmarks.report DIR", file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    doc = json.loads((out / "results.json").read_text())
+    (out / "results.md").write_text(markdown(doc))
+    plots(doc, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
