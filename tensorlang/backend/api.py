@@ -42,13 +42,16 @@ def _to_backend_form(expr: Expr) -> Expr:
     candidates = [lambda: expr, lambda: flatten(expr)]
     for stage in _normalizers():
         candidates.append(lambda stage=stage: flatten(stage(expr)))
-    for make in candidates:
+    for k, make in enumerate(candidates):
         try:
             prog = make()
             split_program(prog)
             return prog
         except UnsupportedError as exc:
             first_error = first_error or exc
+        except TensorLangError:
+            if k < 2:  # the program's own error, not a normalizer's limit
+                raise
     raise first_error
 
 
