@@ -438,3 +438,26 @@ def test_pooled_temporaries_are_reused_and_zeroed_per_call():
     small = X[:4]
     es = np.where(np.arange(4) >= 2, np.exp(small), 0.0)
     np.testing.assert_allclose(k(x=small), es * es + es[::-1], rtol=1e-14)
+
+
+def test_adjoints_from_tl_adjoint_lower_to_narrow_loops():
+    """The derivative engine's own outputs: trace's adjoint is one loop; the
+    convolution's adjoint is the correlation with bounds
+    j in [max(0, m-1-k), min(m, n+m-1-k))."""
+    nn, mm = tl.sizes("n m")
+    AA_ = tl.tensor("A", nn, nn)
+    tr = tl.sum(nn, lambda i: AA_[i, i])
+    ir = tl.compile(tl.adjoint(tr, wrt=[AA_]), threads=1).loop_ir
+    assert loop_depth(ir.body) == 1
+    xs = tl.tensor("x", nn + mm - 1)
+    c = tl.tensor("c", mm)
+    y = tl.gen(nn, lambda i: tl.sum(mm, lambda j: xs[i - j + mm - 1] * c[j]))
+    k = tl.compile(tl.adjoint(y, wrt=[xs]), threads=1)
+    gen_loop, sum_loop = loops(k.loop_ir.body)
+    assert (gen_loop.kind, sum_loop.kind) == ("gen", "sum")
+    for nv, mv in [(7, 3), (2, 5)]:
+        for kk in range(nv + mv - 1):
+            env = {gen_loop.var: kk, "sz_n": nv, "sz_m": mv}
+            assert (_eval_bound(sum_loop.lo, env), _eval_bound(sum_loop.hi, env)) == (max(0, mv - 1 - kk), min(mv, nv + mv - 1 - kk))
+    dyv, cv = rng.standard_normal(7), rng.standard_normal(3)
+    np.testing.assert_allclose(k(dy=dyv, c=cv), np.correlate(dyv, cv, mode="full"), rtol=1e-13)
