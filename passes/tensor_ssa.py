@@ -40,10 +40,13 @@ right side equals the left side only where ``p`` holds.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tensorlang.errors import UnsupportedError, describe
 from tensorlang.ir import (
     TRUE,
     Access,
+    And,
     Add,
     Call,
     Cmp,
@@ -75,7 +78,7 @@ from tensorlang.ir import (
 from tensorlang.typecheck import type_of
 
 from .rules import rule
-from .ssa_form import AddRHS, ContractRHS, classify, to_expr
+from .ssa_form import AddRHS, ContractRHS, MapRHS, classify, to_expr
 
 # --------------------------------------------------------------------------
 # Small helpers on the ``gen[~i] [p]·e`` form
@@ -193,8 +196,8 @@ class _Block:
                     cands.append(ContractRHS(g, tuple(rest + ordered), p, o))
                     keys.append(tuple(self.pos[x] for x, _ in o))
             case _:
-                return canonicalize(to_expr(view))
-        exprs = [canonicalize(to_expr(v)) for v in cands]
+                return _sorted_conjuncts(canonicalize(to_expr(view)))
+        exprs = [_sorted_conjuncts(canonicalize(to_expr(v))) for v in cands]
         return min(zip(keys, (repr(e) for e in exprs), exprs), key=lambda t: (t[0], t[1]))[2]
 
     # -- variables -----------------------------------------------------------
@@ -251,6 +254,34 @@ class _Block:
                 return x, idxs
         x = self.convert(make_gens(list(G) + list(S), _br(p, e)), p)
         return x, tuple(_gvars(list(G) + list(S)))
+
+
+def _conjuncts(p: Pred) -> list:
+    if isinstance(p, And):
+        return _conjuncts(p.lhs) + _conjuncts(p.rhs)
+    return [p]
+
+
+def _sort_pred(p: Pred) -> Pred:
+    """A conjunction with its conjuncts in a canonical order (by their printed
+    form under canonical index names), so ``a ∧ b`` and ``b ∧ a`` intern alike."""
+    cs = _conjuncts(p)
+    if len(cs) == 1:
+        return p
+    return conj(*sorted(cs, key=repr))
+
+
+def _sorted_conjuncts(rhs: Expr) -> Expr:
+    """Fix-up 4 on the predicates of a canonically named right-hand side."""
+    view = classify(rhs)
+    match view:
+        case AddRHS():
+            view = replace(view, p0=_sort_pred(view.p0), p1=_sort_pred(view.p1))
+        case MapRHS() | ContractRHS():
+            view = replace(view, p=_sort_pred(view.p))
+        case _:
+            return rhs
+    return to_expr(view)
 
 
 def _contraction(G, S, p: Pred, ops) -> Expr:
