@@ -461,3 +461,17 @@ def test_adjoints_from_tl_adjoint_lower_to_narrow_loops():
             assert (_eval_bound(sum_loop.lo, env), _eval_bound(sum_loop.hi, env)) == (max(0, mv - 1 - kk), min(mv, nv + mv - 1 - kk))
     dyv, cv = rng.standard_normal(7), rng.standard_normal(3)
     np.testing.assert_allclose(k(dy=dyv, c=cv), np.correlate(dyv, cv, mode="full"), rtol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["mask", "diag", "exists_affine", "relation_transposed"])
+def test_parallel_variant_equals_evaluator(name):
+    e, inputs = CASES[name]
+    k = tl.compile(e, threads=2)
+    assert "kernel_parallel" in k.source
+    np.testing.assert_allclose(k(**inputs), tl.evaluate(e, **inputs), rtol=1e-12, atol=1e-12)
+
+
+def test_strided_domain_gives_a_strided_loop():
+    ir = _loops_of(CASES["exists_affine"][0])  # [exists k. 2k = i]·x[i]: even i only
+    (lp,) = loops(ir.body)
+    assert lp.step == 2 and lp.lo == "0"

@@ -75,6 +75,11 @@ def _stmts(stmts, depth: int, par: bool, lines: list) -> None:
                 shape = ", ".join(f"max(0, {x})" for x in sh)
                 fn = "np.zeros" if z else "np.empty"
                 lines.append(f"{ind}{n} = {fn}(({shape},), dtype=np.float64)\n")
+            case Loop(var=v, lo=lo, hi=hi, step=st, body=b, parallel=p) if p and par and st != 1:
+                # prange needs unit steps: count the strided points instead
+                lines.append(f"{ind}for {v}_t in prange(max(0, (({hi}) - ({lo}) + {st - 1}) // {st})):\n")
+                lines.append(f"{ind}    {v} = ({lo}) + {v}_t * {st}\n")
+                _stmts(b, depth + 1, par, lines)
             case Loop(var=v, lo=lo, hi=hi, step=st, body=b, parallel=p):
                 rng = "prange" if (p and par) else "range"
                 step = f", {st}" if st != 1 else ""

@@ -452,8 +452,7 @@ def _mark_parallel(stmts) -> None:
     """Outermost loops of a top-level gen block write disjoint elements."""
     for s in stmts:
         if isinstance(s, Loop):
-            if s.step == 1:
-                s.parallel = True
+            s.parallel = True
         elif isinstance(s, If):
             _mark_parallel(s.then)
             _mark_parallel(s.orelse)
