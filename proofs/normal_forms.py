@@ -324,6 +324,9 @@ def _cost_check(tally, k, before, after, sizes):
 
     from .cost_rules import count
 
+    from .framework import conjugate
+
+    before, after = conjugate(before), conjugate(after)  # pair elimination's ill-typed intermediates
     if explicit_sharing(before) is before:
         tally.decision(cost_within(after, before, 1), f"instance {k} cost")
         return

@@ -532,7 +532,10 @@ def _at(expr, sizes: dict, data: dict):
     """Value of a symbolic cost at sizes, its relation counts computed from ``data``."""
     vals = {size_sym(k): v for k, v in sizes.items()}
     if any(is_count(s) for s in expr.free_symbols):
-        from .cost_symbolic import relation_count_values
+        try:
+            from .cost_relations import relation_count_values
+        except ImportError:
+            from .cost_symbolic import relation_count_values
 
         counts = relation_count_values(_raw_count_symbols(expr), **sizes, **data)
         by_name = {k.name: v for k, v in counts.items()}
@@ -543,7 +546,10 @@ def _at(expr, sizes: dict, data: dict):
 def _raw_count_symbols(expr):
     """``expr`` with its count symbols replaced by the cost model's own symbols
     (``canonical_symbols`` renamed them; relation_count_values keys on them)."""
-    from .cost_symbolic import _REL_SYMS
+    try:
+        from .cost_relations import _REL_SYMS
+    except ImportError:
+        from .cost_symbolic import _REL_SYMS
 
     return expr.xreplace({s: _REL_SYMS[s.name] for s in expr.free_symbols if s.name in _REL_SYMS})
 
@@ -565,7 +571,8 @@ def _verdicts(report, primal, pass_rows, ssa, deriv, adj_raw, adj):
             holds = False
         method = "symbolic" if all(v.method == "symbolic" for v in sub) else (
             "not available" if holds is None else "grid")
-        detail = "; ".join(f"{v.name.split(': ', 1)[1]}: {v.status} ({v.method})" for v in sub)
+        detail = "; ".join(f"{v.name.split(': ', 1)[1]}: {v.status} ({v.method if v.holds is not None else v.detail})"
+                           for v in sub)
         vs.append(Verdict("pass cost-neutrality", "each pass: $(after) <= $(before)", holds, method, detail))
     ssa_row = ssa if ssa is not None else StageRow("tensor SSA", reason="not available")
     vs.append(_compare("Theorem 6.1", "$(D e) <= 4·$(e), e the tensor-SSA form", deriv, ssa_row,

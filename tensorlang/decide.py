@@ -130,8 +130,10 @@ def decide_nonnegative(expr, *, grid=GRID, evaluate=None) -> Decision:
 
 
 def is_count(s) -> bool:
-    """A relation-count symbol of the symbolic cost (``nnz_R``, ``nnz_R[*,_]``, ...)."""
-    return s.name.startswith("nnz_")
+    """A data-dependent symbol of the symbolic cost, not a size: a relation
+    count (``nnz_R``, ``nnz_R[*,_]``) or a relational truth value ``[p]``
+    (0 or 1).  Sizes are identifiers (``tl.size`` requires it)."""
+    return s.name.startswith("nnz_") or not s.name.isidentifier()
 
 
 def _decide_counts(expr, syms, counts) -> bool:
