@@ -48,19 +48,35 @@ def expr_code(e, rename: dict) -> str:
     op = e.get_op_type()
     args = [expr_code(e.get_op_arg(k), rename) for k in range(e.get_op_n_arg())]
     if op in _BIN:
-        out = f" {_BIN[op]} ".join(f"({a})" for a in args)
-        return f"({out})"
+        return f" {_BIN[op]} ".join(_wrap(a) for a in args)
     if op == _OP.minus:
-        return f"(-({args[0]}))"
+        return f"-{_wrap(args[0])}"
     if op == _OP.max:
         return _fold("max", args)
     if op == _OP.min:
         return _fold("min", args)
     if op == _OP.div:  # exact division
-        return f"(({args[0]}) // ({args[1]}))"
+        return f"{_wrap(args[0])} // {_wrap(args[1])}"
     if op in (_OP.cond, _OP.select):
-        return f"(({args[1]}) if ({args[0]}) else ({args[2]}))"
+        return f"({_wrap(args[1])} if {_wrap(args[0])} else {_wrap(args[2])})"
     raise UnsupportedError(f"unexpected isl AST operation {e.to_C_str()}")
+
+
+def _wrap(code: str) -> str:
+    """Parenthesise a compound operand (anything but a name, number or call)."""
+    if " " not in code or (code.startswith(("max(", "min(")) and _balanced_call(code)):
+        return code
+    return f"({code})"
+
+
+def _balanced_call(code: str) -> bool:
+    depth = 0
+    for k, ch in enumerate(code):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and ch == ")" and k != len(code) - 1:
+            return False
+    return True
 
 
 def _fold(fn, args):
@@ -111,7 +127,7 @@ def _node(node, rename, dims, body, kind) -> list:
             raise UnsupportedError(f"unexpected isl loop condition {cond.to_C_str()}")
         hi = expr_code(cond.get_op_arg(1), rename)
         if op == _OP.le:
-            hi = f"({hi}) + 1"
+            hi = f"{_wrap(hi)} + 1"
         return [Loop(var, init, hi, int(inc), inner, kind)]
     if t == T.user:
         call = node.user_get_expr()

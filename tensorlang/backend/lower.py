@@ -116,12 +116,16 @@ class Lowerer:
         cons = [f"{p} >= 0" for p in params]
         self.scope0 = Scope(symmap, params, cons, {"positive": list(params), "needs_positive": False})
         self.leaves: dict = {}  # (Var, path) -> (python name, extents)
+        used: set = set()
         for v in input_vars(program):
             for path, t in _leaves(v.type):
                 ext = shape_of(t)
                 if not isinstance(_elem(t), RealT):
                     raise UnsupportedError(f"input {v.name} has an array-of-structs type {v.type}")
                 name = "a_" + py_ident(v.name) + "".join(f"_{k}" for k in path)
+                while name in used:  # names that differ only in punctuation
+                    name += "_"
+                used.add(name)
                 self.leaves[(v, path)] = (name, ext)
                 cons += [f"{self.scope0.aff(n)} >= 0" for n in ext]
         for r in relations_of(program):
@@ -264,15 +268,18 @@ class Lowerer:
 
     # -- scalars ---------------------------------------------------------------------------
     def py_aff(self, a: Aff, scope: Scope) -> str:
-        parts = []
+        out = ""
         for s, c in a.terms:
             name = scope.symmap.get(s)
             if name is None:
                 raise UnsupportedError(f"index {a} mentions {s!r}, which is not bound here")
-            parts.append(name if c == 1 else f"{c} * {name}")
-        if a.const or not parts:
-            parts.append(str(a.const))
-        return " + ".join(parts)
+            term = name if abs(c) == 1 else f"{abs(c)} * {name}"
+            out = (f"-{term}" if c < 0 else term) if not out else f"{out} {'-' if c < 0 else '+'} {term}"
+        if not out:
+            return str(a.const)
+        if a.const:
+            out = f"{out} {'-' if a.const < 0 else '+'} {abs(a.const)}"
+        return out
 
     def scalar(self, e: Expr, sc: Scope):
         """Signature: scalar : Expr -> ([stmt], Python expression).
@@ -309,10 +316,16 @@ class Lowerer:
             case Add(lhs=a, rhs=b):
                 s1, c1 = self.scalar(a, sc)
                 s2, c2 = self.scalar(b, sc)
+                if c1 == "0.0" or c2 == "0.0":  # exact: 0 + x = x
+                    return s1 + s2, c2 if c1 == "0.0" else c1
                 return s1 + s2, f"({c1} + {c2})"
             case Mul(lhs=a, rhs=b):
                 s1, c1 = self.scalar(a, sc)
                 s2, c2 = self.scalar(b, sc)
+                if c1 == "1.0" or c2 == "1.0":  # exact: 1 * x = x
+                    return s1 + s2, c2 if c1 == "1.0" else c1
+                if c1 == "-1.0":
+                    return s1 + s2, f"(-{c2})"
                 return s1 + s2, f"({c1} * {c2})"
             case Call(fn=f, args=args):
                 st, codes = [], []
