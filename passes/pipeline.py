@@ -105,6 +105,8 @@ def normalize(expr: Expr) -> Expr:
     check_program(expr)
     if sys.getrecursionlimit() < 20000:  # deep programs recurse structurally
         sys.setrecursionlimit(20000)
+    if is_tensor_ssa(expr):  # already normal: the SSA pass is the identity on it
+        return run_stage(STAGES[-1], expr)
     e = explicit_sharing(expr)
     for stage in STAGES:
         e = run_stage(stage, e)
