@@ -14,8 +14,9 @@ Programs outside the backend's input grammar (see
 not fit is an UnsupportedError, never a wrong answer.
 
 ``threads``: None picks the parallel variant (``prange`` outer gen loops)
-when the kernel's outer gen domains hold at least ``PARALLEL_MIN`` points,
-else the serial one; 1 always runs serially; k > 1 runs the parallel
+when the kernel's outer gen domains hold at least ``PARALLEL_MIN`` points
+and the machine has at least ``PARALLEL_MIN_CPUS`` cores, else the serial
+one; 1 always runs serially; k > 1 runs the parallel
 variant on k threads.
 """
 
@@ -32,6 +33,10 @@ from ..typecheck import check_program, type_of
 from . import cache as _cache
 
 PARALLEL_MIN = 1 << 15
+# On 2 cores the memory-bound kernels measured slower with prange than
+# serially (thread start-up, and cores shared with other work); threads=k
+# still asks for the parallel variant explicitly.
+PARALLEL_MIN_CPUS = 4
 
 
 def _to_backend_form(expr: Expr) -> Expr:
@@ -109,7 +114,7 @@ class Kernel:
                 for terms, const in dims:
                     pts *= max(0, const + sum(c * sizes[s] for s, c in terms))
                 work = max(work, pts)
-            if work < PARALLEL_MIN or (os.cpu_count() or 1) < 2:
+            if work < PARALLEL_MIN or (os.cpu_count() or 1) < PARALLEL_MIN_CPUS:
                 return self.module.kernel_serial, None
             return par, None
         return par, int(self.threads)
