@@ -209,6 +209,7 @@ def machine_info(threads: int) -> dict:
         "platform": platform.platform(), "python": platform.python_version(),
         "cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "threads": threads,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "loadavg_start": round(os.getloadavg()[0], 2),
     }
     try:
         with open("/proc/cpuinfo") as f:
@@ -236,6 +237,9 @@ def main(argv=None) -> int:
     log = sys.stderr
     tasks = plan(args)
     env = thread_env(args.threads)
+    if not args.quick:
+        # measure the compiled path even where tensorlang's runtime would pick the evaluator for a small input
+        env.setdefault("TENSORLANG_RUNTIME", "compiled")
     if args.kernel_cache == "fresh":
         cache = (out / ".tensorlang-cache").resolve()
         shutil.rmtree(cache, ignore_errors=True)
@@ -244,7 +248,7 @@ def main(argv=None) -> int:
     meta = {"command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
             "mode": "quick" if args.quick else "full", "machine": machine_info(args.threads),
             "thread_env": {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                               "NUMBA_NUM_THREADS", "XLA_FLAGS") if k in env},
+                                               "NUMBA_NUM_THREADS", "XLA_FLAGS", "TENSORLANG_RUNTIME") if k in env},
             "jobs": args.jobs, "kernel_cache": args.kernel_cache, "timeout_s": args.timeout, "repeats": args.repeats, "budget_s": args.budget,
             "mem_limit_gb": args.mem_limit_gb, "tol": args.tol, "seed": args.seed}
     from .tl_impl import stages
@@ -276,6 +280,7 @@ def main(argv=None) -> int:
             (costs if method == COST else rows).append(row)
     meta["versions"] = versions
     meta["elapsed_s"] = time.monotonic() - t0
+    meta["loadavg_end"] = round(os.getloadavg()[0], 2)
     doc = {"meta": meta, "reference_checks": ref_checks, "results": rows, "costs": costs,
            "workloads": {w.name: {"number": w.number, "title": w.title, "primary": w.primary, "wrt": list(w.wrt)}
                          for w in W.select(args.only)}}

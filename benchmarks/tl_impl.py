@@ -86,7 +86,7 @@ def build(workload, data, sizes, *, naive: bool = False) -> Impl:
             how = "reference evaluator (no compiled backend yet)"
         else:
             flag = kernel_compiled(state.get("grad"))
-            how = {True: "compiled", False: "backend fell back to the reference evaluator"}.get(flag, "backend")
+            how = {True: "compiled", False: "ran on the reference evaluator"}.get(flag, "backend")
         return ("naive adjoint, " if naive else "") + how
 
     state = {}
