@@ -20,8 +20,6 @@ from tensorlang.audit import StageUnavailable, _cost_module, size_sym
 from tensorlang.errors import TensorLangError
 from tensorlang.evaluator import Evaluator, Domain
 from tensorlang.ir import (
-    TRUE,
-    as_aff,
     Access,
     Add,
     Call,
@@ -35,14 +33,14 @@ from tensorlang.ir import (
     Sum,
     Var,
     fresh_index,
+    as_aff,
     fresh_var,
     size_vars,
-    sym_aff,
 )
 from tensorlang.sharing import explicit_sharing
 
-from .framework import FAIL, NOT_IMPL, PASS, Result, guarded, obligation
-from .terms import EXACT_SIZES, M, N, S, X, Y, Scope, Terms
+from .framework import FAIL, PASS, Result, guarded, obligation
+from .terms import EXACT_SIZES, X, Scope, Terms
 
 SIZES = EXACT_SIZES + ({"n": 4, "m": 5},)
 
@@ -274,7 +272,6 @@ def _register17():
 
 
 _register17()
-_ = (M, N, S, Y)
 
 
 def _run_meta(number, title, C, quick) -> Result:

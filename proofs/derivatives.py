@@ -415,4 +415,3 @@ def _register():
 
 
 _register()
-_ = (X, Y, M)

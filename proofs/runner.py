@@ -16,7 +16,7 @@ import re
 import time
 
 from . import cost_rules, derivatives, normal_forms, theorems  # noqa: F401  (they register obligations)
-from .framework import OBLIGATIONS, NOT_IMPL, Result, load_rules
+from .framework import OBLIGATIONS, load_rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "proofs", "README.md")
@@ -150,5 +150,3 @@ def resolve(dotted: str):
         return obj
     raise ImportError(dotted)
 
-
-_ = (Result, NOT_IMPL)

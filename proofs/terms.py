@@ -32,7 +32,6 @@ from tensorlang.ir import (
     Const,
     Expr,
     Gen,
-    IndexVar,
     Iverson,
     Let,
     Mul,
@@ -217,7 +216,7 @@ def symbolic_inputs(program: Expr, sizes: dict, extra: dict | None = None) -> di
 
 
 def symbol_value(name: str, t, sizes: dict):
-    from tensorlang.ir import PairT, RealT, TensorT, shape_of
+    from tensorlang.ir import PairT, RealT, shape_of
 
     if isinstance(t, RealT):
         return sympy.Symbol(name, real=True)
@@ -229,5 +228,3 @@ def symbol_value(name: str, t, sizes: dict):
         arr[idx] = sympy.Symbol(f"{name}_" + "_".join(map(str, idx)), real=True)
     return arr
 
-
-_ = (IndexVar,)

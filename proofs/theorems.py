@@ -173,5 +173,3 @@ def _pass_semantics(quick: bool) -> str | None:
             cur = nxt
     return None
 
-
-_ = PASS

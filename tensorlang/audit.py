@@ -18,7 +18,6 @@ available"; a verdict that needs it is not claimed.  :func:`audit` returns an
 
 from __future__ import annotations
 
-import itertools
 import os
 import runpy
 from dataclasses import dataclass, field
@@ -162,14 +161,6 @@ def _adjoint(e: Expr, wrt, mode: str, simplify: bool | None = None):
         if simplify is not None and "simplify" in str(exc):
             raise StageUnavailable("tl.adjoint has no simplify=False option (raw adjoint not exposed)") from None
         raise
-
-
-def _simplify(e: Expr):
-    try:
-        from .passes.simplify import simplify
-    except ImportError as exc:
-        raise StageUnavailable(f"passes/simplify.py is not available ({exc})") from None
-    return simplify(e)
 
 
 # --------------------------------------------------------------------------
