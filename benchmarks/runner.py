@@ -43,7 +43,7 @@ def parse_args(argv):
     p.add_argument("--only", nargs="+", action="extend", metavar="WORKLOAD",
                    help="workload names, prefixes (deconv) or numbers (1..8)")
     p.add_argument("--sizes", nargs="+", type=int, metavar="N", help="values of each workload's primary size")
-    p.add_argument("--out", default="bench-results", help="output directory (default: bench-results)")
+    p.add_argument("--out", default="bench-out", help="output directory (default: bench-out)")
     p.add_argument("--methods", default=",".join(METHODS + (COST,)),
                    help=f"comma-separated subset of {', '.join(METHODS + (COST,))}")
     p.add_argument("--timeout", type=float, help="seconds per task (default 10 quick, 600 full)")
