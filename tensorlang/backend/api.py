@@ -39,25 +39,44 @@ PARALLEL_MIN = 1 << 15
 PARALLEL_MIN_CPUS = 4
 
 
-def _to_backend_form(expr: Expr) -> Expr:
+def _candidates(expr: Expr):
+    """The program as given, flattened, then normalized (and simplified)."""
     from .flatten import flatten
-    from .fusion import split_program
 
-    first_error = None
-    candidates = [lambda: expr, lambda: flatten(expr)]
+    yield lambda: expr
+    yield lambda: flatten(expr)
     for stage in _normalizers():
-        candidates.append(lambda stage=stage: flatten(stage(expr)))
-    for k, make in enumerate(candidates):
+        yield lambda stage=stage: flatten(stage(expr))
+
+
+def _first(expr: Expr, use):
+    """``use(prog)`` for the first candidate form it accepts (see ``_candidates``)."""
+    first_error = None
+    for k, make in enumerate(_candidates(expr)):
         try:
-            prog = make()
-            split_program(prog)
-            return prog
+            return use(make())
         except UnsupportedError as exc:
             first_error = first_error or exc
         except TensorLangError:
             if k < 2:  # the program's own error, not a normalizer's limit
                 raise
     raise first_error
+
+
+def _to_backend_form(expr: Expr) -> Expr:
+    from .fusion import split_program
+
+    def check(prog):
+        split_program(prog)
+        return prog
+
+    return _first(expr, check)
+
+
+def _lower(expr: Expr, mode: str):
+    from .lower import lower_program
+
+    return _first(expr, lambda prog: lower_program(prog, mode))
 
 
 def _normalizers():
@@ -96,9 +115,7 @@ class Kernel:
     @property
     def loop_ir(self):
         if self._ir is None:
-            from .lower import lower_program
-
-            self._ir, _ = lower_program(_to_backend_form(self.expr), self.mode)
+            self._ir, _ = _lower(self.expr, self.mode)
         return self._ir
 
     def _variant(self, sizes: dict):
@@ -226,10 +243,9 @@ def python_kernel(expr: Expr, mode: str = "sparse") -> Kernel:
     """The generated kernel run as plain Python (no Numba compilation, no disk
     cache): the same source, for fast differential tests of the lowering."""
     from .codegen import source
-    from .lower import lower_program
 
     check_program(expr)
-    ir, spec = lower_program(_to_backend_form(expr), mode)
+    ir, spec = _lower(expr, mode)
     src = source(ir)
     ns: dict = {}
     exec(compile_source(src.replace("cache=True", "cache=False"), "<tensorlang kernel>", "exec"), ns)
@@ -262,10 +278,8 @@ def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: 
         mod, spec, src = got
         return Kernel(expr, mode, threads, key, mod, spec, src, True)
     from .codegen import source
-    from .lower import lower_program
 
-    prog = _to_backend_form(expr)
-    ir, spec = lower_program(prog, mode)
+    ir, spec = _lower(expr, mode)
     src = source(ir)
     mod = _cache.store(key, src, spec)
     k = Kernel(expr, mode, threads, key, mod, spec, src, False)
