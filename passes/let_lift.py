@@ -24,6 +24,7 @@ from tensorlang.ir import (
     Access,
     Add,
     Call,
+    Cmp,
     Const,
     Expr,
     Gen,
@@ -35,6 +36,8 @@ from tensorlang.ir import (
     Sum,
     TensorT,
     Var,
+    as_aff,
+    free_indices,
     free_vars,
     fresh_var,
     make_lets,
@@ -130,9 +133,21 @@ def lift_proj(e: Expr):
 
 def _lift_binder(e: Expr):
     """Shared by 5.6 and 5.7: the let-bound x becomes a tensor x' over the
-    binder's range, read back as x'[i]."""
+    binder's range, read back as x'[i].
+
+    When i is not free in e0 the value is loop-invariant, and replicating it
+    n times would cost n·$e0 where the cost model (its explicit sharing
+    hoists invariant tensors out of loops) and the evaluator compute it once.
+    Then the binding is lifted as it stands, under the bracket [0 < n] so an
+    empty loop still costs nothing:
+        gen[i:n] (let x = e0 in e1) ==> let x = [0 < n]·e0 in gen[i:n] e1."""
     i, n, l = e.var, e.extent, e.body
     x = l.var
+    if i not in free_indices(l.value):
+        x2 = fresh_var(x.name, x.type)  # a new value: a new name
+        positive = n.is_const and n.const > 0
+        value = l.value if positive else Iverson(Cmp("<", as_aff(0), n), l.value)
+        return Let(x2, value, type(e)(i, n, subst(l.body, {x: x2})))
     x2 = fresh_var(x.name, TensorT(n, x.type))
     body = subst(l.body, {x: Access(x2, sym_aff(i))})
     return Let(x2, Gen(i, n, l.value), type(e)(i, n, body))
@@ -140,7 +155,8 @@ def _lift_binder(e: Expr):
 
 @rule("5.6", figure=7)
 def lift_gen(e: Expr):
-    """gen[i:n] (let x = e0 in e1) ==> let x = (gen[i:n] e0) in gen[i:n] [x ↦ x[i]] e1"""
+    """gen[i:n] (let x = e0 in e1) ==> let x = (gen[i:n] e0) in gen[i:n] [x ↦ x[i]] e1
+    (i not free in e0: let x = [0 < n]·e0 in gen[i:n] e1, see _lift_binder)"""
     if isinstance(e, Gen) and isinstance(e.body, Let):
         return _lift_binder(e)
     return None
@@ -148,7 +164,8 @@ def lift_gen(e: Expr):
 
 @rule("5.7", figure=7)
 def lift_sum(e: Expr):
-    """sum[i:n] (let x = e0 in e1) ==> let x = (gen[i:n] e0) in sum[i:n] [x ↦ x[i]] e1"""
+    """sum[i:n] (let x = e0 in e1) ==> let x = (gen[i:n] e0) in sum[i:n] [x ↦ x[i]] e1
+    (i not free in e0: let x = [0 < n]·e0 in sum[i:n] e1, see _lift_binder)"""
     if isinstance(e, Sum) and isinstance(e.body, Let):
         return _lift_binder(e)
     return None

@@ -233,8 +233,9 @@ def test_section_2_3_printed_form():
 
 def test_section_2_3_core_reading_oracles():
     """The same gradient in the core language (Note: read ``sum[k:B] gen[j:m] …``
-    as ``gen[j:m] sum[k:B] …``): lifting binds dy over j, k, i (5.6 then 5.7),
-    and the three oracles hold."""
+    as ``gen[j:m] sum[k:B] …``).  dy does not depend on j, so 5.6 lifts it
+    without replicating it over j (under [0 < m], so an empty loop stays
+    free): the result is the printed form, and the cost drops."""
     x, z, w = _batched()
     off = m - 1
     program = tl.gen(m, lambda j: tl.sum(B, lambda k: tl.let(
@@ -244,9 +245,13 @@ def test_section_2_3_core_reading_oracles():
     r = check_pass(let_lift, program, inputs, {}, symbolic_cost=True)
     assert r.applied == {"5.7": 1, "5.6": 1}
     expected = tl.let(
-        tl.gen(m, lambda j: tl.gen(B, lambda k: tl.gen(n, lambda i: 2 * (tl.sum(m, lambda j2: x[k, i - j2 + off] * w[j2]) - z[k, i])))),
-        lambda dy: tl.gen(m, lambda j: tl.sum(B, lambda k: tl.sum(n, lambda i: x[k, i - j + off] * dy[j, k, i]))))
+        tl.iverson(m > 0, tl.gen(B, lambda k: tl.gen(n, lambda i: 2 * (tl.sum(m, lambda j2: x[k, i - j2 + off] * w[j2]) - z[k, i])))),
+        lambda dy: tl.gen(m, lambda j: tl.sum(B, lambda k: tl.sum(n, lambda i: x[k, i - j + off] * dy[k, i]))))
     assert alpha_eq(r.output, expected), tl.pretty(r.output)
+    # hand count at B=2, n=4, m=3: an element of dy costs m mults + (m-1) adds for the
+    # sum, 1 mult + 1 add for "- z", 1 mult for "2·": 8, and dy has B·n = 8 elements;
+    # the result costs m·(B·n mults + (B·n - 1) adds) = 45.  Before, dy was computed m times.
+    assert (r.cost_in, r.cost_out) == (3 * 64 + 45, 64 + 45)
     # numpy reference for the gradient
     xv, zv, wv = inputs["x"], inputs["z"], inputs["w"]
     ref = np.zeros(3)
