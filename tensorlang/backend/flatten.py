@@ -41,6 +41,7 @@ from ..ir import (
     fresh_index,
     fresh_var,
     free_indices,
+    free_vars,
     make_lets,
     subst,
     sym_aff,
@@ -128,9 +129,11 @@ def _split_type(t):
 def _rhs(e: Expr, binds: list, top: bool = True) -> Expr:
     """A right-hand side: gens of a scalar, or an alias."""
     match e:
-        case Let(var=v, value=e0, body=e1):
+        case Let(var=v, value=e0, body=e1) if v not in free_vars(e1):
+            return _rhs(e1, binds, top)
+        case Let(var=v, value=e0, body=e1) if not free_indices(e0):
             binds.append((v, _rhs(e0, binds)))
-            return _rhs(e1, binds)
+            return _rhs(e1, binds, top)
         case Gen(var=i, extent=n, body=b):
             return Gen(i, n, _rhs(b, binds, False))
         case Iverson(pred=p, body=Gen(var=i, extent=n, body=b)):
@@ -187,7 +190,9 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
         case Iverson(pred=p, body=b):
             out = Iverson(p, _scalar(b, binds, memo))
         case Let(var=v, value=e0, body=e1):
-            if isinstance(v.type, RealT):
+            if v not in free_vars(e1):  # dead: its value is never needed
+                out = _scalar(e1, binds, memo)
+            elif isinstance(v.type, RealT):
                 out = Let(v, _scalar(e0, binds, memo), _scalar(e1, binds, memo))
             elif isinstance(v.type, PairT) and all(isinstance(t, RealT) for t in (v.type.fst, v.type.snd)):
                 pv = _value(e0, binds, memo)
@@ -245,6 +250,8 @@ def _value(e: Expr, binds: list, memo: dict) -> Expr:
             if isinstance(a2, Iverson):
                 return _value(Iverson(a2.pred, Access(a2.body, ix)), binds, memo)
             return Access(a2, ix)
+        case Let(var=v, value=e0, body=e1) if v not in free_vars(e1):
+            return _value(e1, binds, memo)
         case Let(var=v, value=e0, body=e1) if not free_indices(e0):
             if isinstance(v.type, PairT):
                 rep = _bind_pair(_value(e0, binds, memo), v, binds)
