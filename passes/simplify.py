@@ -152,6 +152,26 @@ def eliminate(binds: list, pred: Pred, body=None):
 # Predicates: existential elimination and isl decisions
 
 
+def conjuncts_of(p: Pred) -> list:
+    return conjuncts(p)
+
+
+def disjuncts(p: Pred) -> list:
+    if isinstance(p, Or):
+        return disjuncts(p.lhs) + disjuncts(p.rhs)
+    return [p]
+
+
+def _dedupe(groups) -> list:
+    out, seen = [], set()
+    for g in groups:
+        for c in g:
+            if id(c) not in seen:
+                seen.add(id(c))
+                out.append(c)
+    return out
+
+
 def simplify_pred(p: Pred) -> Pred:
     """Signature: simplify_pred : Pred -> Pred (syntactic: literals, single-point exists)."""
     match p:
@@ -162,10 +182,15 @@ def simplify_pred(p: Pred) -> Pred:
                     ok = {"<": d.const > 0, "<=": d.const >= 0, "==": d.const == 0}[p.op]
                     return TRUE if ok else FALSE
             return p
-        case And(lhs=a, rhs=b):
-            return conj(simplify_pred(a), simplify_pred(b))
-        case Or(lhs=a, rhs=b):
-            return disj(simplify_pred(a), simplify_pred(b))
+        case And():
+            return conj(*_dedupe(conjuncts_of(simplify_pred(c)) for c in conjuncts(p)))
+        case Or():
+            ds = _dedupe([simplify_pred(d)] for d in disjuncts(p))
+            # absorption: drop a disjunct whose conjuncts include another's
+            sets = [set(map(id, conjuncts(d))) for d in ds]
+            keep = [d for k, d in enumerate(ds)
+                    if not any(j != k and sets[j] < sets[k] for j in range(len(ds)))]
+            return disj(*keep)
         case Exists():
             binds, q = [], p
             while isinstance(q, Exists):
