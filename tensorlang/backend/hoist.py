@@ -34,10 +34,10 @@ def hoist(e: Expr, memo=None) -> Expr:
         case Mul(lhs=a, rhs=b):
             pa, a2 = split_bracket(hoist(a, memo))
             pb, b2 = split_bracket(hoist(b, memo))
-            out = _bracket(conj(pa, pb), Mul(a2, b2))
+            out = _bracket(_and(pa, pb), Mul(a2, b2))
         case Iverson(pred=p, body=b):
             q, b2 = split_bracket(hoist(b, memo))
-            out = _bracket(conj(p, q), b2)
+            out = _bracket(_and(p, q), b2)
         case Add(lhs=a, rhs=b):
             a1, b1 = hoist(a, memo), hoist(b, memo)
             pa, a2 = split_bracket(a1)
@@ -58,6 +58,27 @@ def hoist(e: Expr, memo=None) -> Expr:
             raise UnsupportedError(f"the backend cannot lower {describe(e)}")
     memo[e] = out
     return out
+
+
+def _and(p, q):
+    """``p ∧ q`` without repeating a conjunct (``[p]·[p]·e`` is ``[p]·e``)."""
+    if p is q:
+        return p
+    seen = set()
+    parts = []
+    for c in _conjuncts(p) + _conjuncts(q):
+        if id(c) not in seen:
+            seen.add(id(c))
+            parts.append(c)
+    return conj(*parts)
+
+
+def _conjuncts(p):
+    from ..ir import And
+
+    if isinstance(p, And):
+        return _conjuncts(p.lhs) + _conjuncts(p.rhs)
+    return [] if p is TRUE else [p]
 
 
 def _bracket(p, e):

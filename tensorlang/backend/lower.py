@@ -187,7 +187,8 @@ class Lowerer:
         body = emit(body_scope, names)
         if tests:
             tst, tcode = self.pred_code(conj(*tests), inner)
-            body = tst + [If(tcode, body)]
+            if tcode != "True":
+                body = tst + [If(tcode, body)] if tcode != "False" else []
         if driver is None:
             stmts = to_loops(ast_for(scope, names, box + dom), names, body, kind)
             full = not tests and not dom or (not tests and covers(scope, names, box, dom))
@@ -350,9 +351,13 @@ class Lowerer:
                 if binds:  # a bracket around a sum narrows the sum's own loops
                     q, body = split_bracket(inner)
                     return self.sum_block(binds, conj(p, q), body, sc)
-                t = self.fresh("t")
                 ps, pc = self.pred_code(p, sc)
+                if pc == "False":
+                    return ps, "0.0"
                 bs, bc = self.scalar(b, sc.child(cons=[sc.pred(p)]))
+                if pc == "True":
+                    return ps + bs, bc
+                t = self.fresh("t")
                 return ps + [Assign(t, "0.0"), If(pc, bs + [Assign(t, bc)])], t
             case Sum():
                 binds, inner = sums(e)
@@ -404,17 +409,35 @@ class Lowerer:
 
     # -- predicates as code -----------------------------------------------------------------
     def pred_code(self, p, sc: Scope):
-        """Signature: pred_code : Pred -> ([stmt], Python boolean expression)."""
+        """Signature: pred_code : Pred -> ([stmt], Python boolean expression).
+
+        Affine parts are simplified by isl against what the scope already
+        knows (``gist``), so a bracket implied by the loop bounds costs nothing."""
+        if not has_rel(p):
+            got = affine_test(sc, p)
+            if got is not None:
+                return [], got
         match p:
             case BoolLit(value=v):
                 return [], "True" if v else "False"
             case Cmp(op=op, lhs=a, rhs=b):
                 return [], f"(({self.py_aff(a, sc)}) {op} ({self.py_aff(b, sc)}))"
-            case And(lhs=a, rhs=b) | Or(lhs=a, rhs=b):
+            case And(lhs=a, rhs=b):
                 s1, c1 = self.pred_code(a, sc)
+                if c1 == "False":
+                    return s1, "False"
+                s2, c2 = self.pred_code(b, sc.child(cons=[sc.pred(a)]) if not has_rel(a) else sc)
+                if c1 == "True" or c2 == "False":
+                    return s1 + s2, c2
+                return s1 + s2, c1 if c2 == "True" else f"({c1} and {c2})"
+            case Or(lhs=a, rhs=b):
+                s1, c1 = self.pred_code(a, sc)
+                if c1 == "True":
+                    return s1, "True"
                 s2, c2 = self.pred_code(b, sc)
-                op = "and" if isinstance(p, And) else "or"
-                return s1 + s2, f"({c1} {op} {c2})"
+                if c1 == "False" or c2 == "True":
+                    return s1 + s2, c2
+                return s1 + s2, c1 if c2 == "False" else f"({c1} or {c2})"
             case Rel(rel=r, args=args):
                 L = len(args) - 1
                 ident = tuple(range(len(args)))
@@ -436,6 +459,29 @@ class Lowerer:
                 return [Assign(ex, "False"), loop], ex
             case _:
                 raise UnsupportedError(f"not a predicate: {p!r}")
+
+
+def affine_test(sc: Scope, p) -> str | None:
+    """Python code of the affine predicate ``p`` simplified against the
+    scope's constraints: "True"/"False" when decided, else isl's own
+    expression of the gisted set; None if isl cannot take it."""
+    import islpy as isl
+
+    from .astgen import expr_code
+
+    try:
+        ctx = isl.Set(sc.context_text())
+        test = isl.Set(f"{sc.header()} -> {{ : {sc.pred(p)} }}")
+    except (isl.Error, UnsupportedError):
+        return None
+    if ctx.is_subset(test):
+        return "True"
+    if (test & ctx).is_empty():
+        return "False"
+    g = test.coalesce().gist(ctx).coalesce()
+    if g.n_basic_set() > 8:  # isl's disjunctive form can grow: test the original then
+        return None
+    return expr_code(isl.AstBuild.from_context(ctx).expr_from_set(g), {})
 
 
 def _uindex(code: str) -> str:
