@@ -172,6 +172,8 @@ class Kernel:
         rels = {r.name: d for r, d in relations.items()}
         for name, perm, ptrs, cols in self.spec["relations"]:
             args += _relation_arrays(rels[name], perm, ptrs, cols)
+        for name in self.spec.get("dense_relations", []):
+            args.append(np.ascontiguousarray(rels[name], dtype=np.bool_))
         args += self._temporaries(sizes)
         fn, threads = self._variant(sizes)
         if threads is not None:

@@ -22,17 +22,7 @@ _OPTS = dict(cache=True, nogil=True, error_model="numpy")
 U = np.uint64  # indices proven in bounds are non-negative: no wraparound test
 '''
 
-HELPERS = {
-    "rel_has": '''
-@numba.njit(**_OPTS)
-def _rel_has(ptr, col, row, v):
-    # Is v in the sorted coordinates of row `row`? (a relation test)
-    lo = ptr[row]
-    hi = ptr[row + 1]
-    k = lo + np.searchsorted(col[lo:hi], v)
-    return k < hi and col[k] == v
-''',
-}
+HELPERS: dict = {}  # name -> source of a helper function the kernels may call
 
 
 def has_parallel(ir: KernelIR) -> bool:

@@ -103,6 +103,7 @@ class Lowerer:
         self._count = 0
         # (Relation, column order) -> {"ptrs": prefix lengths, "cols": columns}
         self.rel_use: dict = {}
+        self.dense_rels: set = set()  # relations tested through their dense table
         self.helpers: set = set()
         self.allocs: list = []
         # sizes and inputs
@@ -439,17 +440,16 @@ class Lowerer:
                     return s1 + s2, c2
                 return s1 + s2, c1 if c2 == "False" else f"({c1} or {c2})"
             case Rel(rel=r, args=args):
-                L = len(args) - 1
-                ident = tuple(range(len(args)))
-                self._use_rel(r, ident, ptr=L, col=L)
-                self.helpers.add("rel_has")
-                rng = " and ".join(
-                    f"(0 <= ({self.py_aff(a, sc)}) < ({self.py_aff(n, sc)}))" for a, n in zip(args, r.extents)
-                )
-                row = self._row_code(args[:L], r.extents[:L], sc)
-                nm = _rel_name(r, ident)
-                call = f"_rel_has({nm}_ptr{L}, {nm}_c{L}, {row}, {self.py_aff(args[-1], sc)})"
-                return [], f"({rng} and {call})"
+                # a test reads the relation's dense boolean table (built anyway
+                # when the inputs are validated); out of range reads as false
+                self.dense_rels.add(r)
+                rng = [
+                    f"(0 <= {self.py_aff(a, sc)} < {self.py_aff(n, sc)})"
+                    for a, n in zip(args, r.extents)
+                    if affine_test(sc, conj(Cmp("<=", Aff((), 0), a), Cmp("<", a, n))) != "True"
+                ]
+                look = f"{_rel_name(r, ())}_dense[{', '.join(_uindex(self.py_aff(a, sc)) for a in args)}]"
+                return [], "(" + " and ".join(rng + [look]) + ")"
             case Exists(var=i, extent=n, body=b):
                 ex = self.fresh("ex")
                 v = self.fresh(i.name)
@@ -490,7 +490,7 @@ def _uindex(code: str) -> str:
 
 def _rel_name(r, perm) -> str:
     base = "rel_" + py_ident(r.name)
-    if perm == tuple(range(len(perm))):
+    if not perm or perm == tuple(range(len(perm))):
         return base
     return base + "_t" + "".join(map(str, perm))
 
@@ -559,6 +559,10 @@ def lower_program(program: Expr, mode: str = "sparse"):
         nm = _rel_name(r, perm)
         args += [f"{nm}_ptr{L}" for L in ptrs] + [f"{nm}_c{k}" for k in cols]
         rels.append([r.name, list(perm), ptrs, cols])
+    dense = []
+    for r in sorted(lw.dense_rels, key=lambda r: r.name):
+        args.append(f"{_rel_name(r, ())}_dense")
+        dense.append(r.name)
     work = []
     for x, rhs in binds:
         g, _ = gens(rhs)
@@ -583,6 +587,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "mode": mode,
         "needs_positive_sizes": lw.scope0.facts["needs_positive"],
         "temporaries": temps,
+        "dense_relations": dense,
     }
     return ir, spec
 
