@@ -337,7 +337,8 @@ def _run(number, title, maker, exclude, kind, quick) -> Result:
             elif forward:
                 tally.decision(cost_within(out, prog, 4), f"instance {k} cost")
             else:
-                tally.decision(cost_within(out, _ssa(prog), 4, io=True), f"instance {k} cost")
+                tally.decision(cost_within(out, _ssa(prog), 4, io=True, declared=input_vars(prog)),
+                               f"instance {k} cost")
     return tally.result()
 
 

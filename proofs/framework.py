@@ -244,12 +244,14 @@ def symbolic_cost(e: Expr):
     return symbolic_cost_of(conjugate(e))
 
 
-def cost_within(small: Expr, big: Expr, factor=1, *, io: bool = False):
+def cost_within(small: Expr, big: Expr, factor=1, *, io: bool = False, declared=()):
     """Decide ``$(small) <= factor·$(big)`` for all sizes >= 1.  Returns a
-    Decision (``tensorlang.audit``); raises StageUnavailable without a cost model."""
+    Decision (``tensorlang.audit``); raises StageUnavailable without a cost model.
+    ``declared``: the program's inputs, counted in ``$(T_I)`` even where a
+    stage dropped one as dead (``tensorlang.audit.io_size_expr``)."""
     s, b = symbolic_cost(small), symbolic_cost(big)
     if io:
-        s, b = s + io_size_expr(small), b + io_size_expr(big)
+        s, b = s + io_size_expr(small, declared), b + io_size_expr(big, declared)
     return decide_nonnegative(factor * b - s)
 
 

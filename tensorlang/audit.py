@@ -77,11 +77,19 @@ def type_size_expr(t: Type) -> sympy.Expr:
             raise TensorLangError(f"not a type: {t!r}")
 
 
-def io_size_expr(e: Expr) -> sympy.Expr:
-    """``$(T_I) + $(T_O)``: sizes of a program's inputs and of its output."""
+def io_size_expr(e: Expr, declared=()) -> sympy.Expr:
+    """``$(T_I) + $(T_O)``: sizes of a program's inputs and of its output.
+
+    ``declared``: inputs the function has even where a stage dropped them as
+    dead (a normalized program or a derivative may no longer mention an input
+    the user declared; it is still an argument of the function, Theorem 6.55's
+    ``T_I``, and its cotangent is still an output)."""
     total = type_size_expr(type_of(e))
-    for v in input_vars(e):
-        total += type_size_expr(v.type)
+    seen = set()
+    for v in list(input_vars(e)) + list(declared):
+        if v.name not in seen:
+            seen.add(v.name)
+            total += type_size_expr(v.type)
     return sympy.expand(total)
 
 
@@ -176,6 +184,7 @@ class StageRow:
     io_symbolic: object = None
     ratio: float | None = None
     reason: str | None = None  # why the row is not available / partial
+    declared: tuple = ()  # the program's declared inputs (see io_size_expr)
 
     @property
     def available(self) -> bool:
@@ -184,12 +193,13 @@ class StageRow:
     def io_cost_at(self, sizes: dict):
         if self.cost is None or self.expr is None:
             return None
-        return self.cost + int(io_size_expr(self.expr).xreplace({size_sym(k): v for k, v in sizes.items()}))
+        return self.cost + int(io_size_expr(self.expr, self.declared).xreplace(
+            {size_sym(k): v for k, v in sizes.items()}))
 
     def symbolic_io(self):
         if self.symbolic is None or self.expr is None:
             return None
-        return sympy.expand(self.symbolic + io_size_expr(self.expr))
+        return sympy.expand(self.symbolic + io_size_expr(self.expr, self.declared))
 
     def to_json(self, sizes) -> dict:
         return {
@@ -402,7 +412,9 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     naive = need_ssa("naive adjoint", lambda: _adjoint(base, wrt_vars, "naive"))
     rows.extend([deriv, adj_raw, adj, naive])
 
+    declared = tuple(input_vars(expr))
     for r in rows:
+        r.declared = declared
         if primal.cost and r.cost is not None:
             r.ratio = r.cost / primal.cost
         elif primal.cost == 0 and r.cost is not None:
@@ -460,7 +472,8 @@ def _compare(name, claim, small: StageRow, big: StageRow, factor, io: bool) -> V
     rels = _relations(small.expr, big.expr)
 
     def io_at(e, sz):
-        return int(io_size_expr(e).xreplace({size_sym(k): v for k, v in sz.items()})) if io else 0
+        row = small if e is small.expr else big
+        return int(io_size_expr(e, row.declared).xreplace({size_sym(k): v for k, v in sz.items()})) if io else 0
 
     if s_sym is not None and b_sym is not None:
         diff = sympy.expand(factor * b_sym - s_sym)

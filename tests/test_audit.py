@@ -213,3 +213,17 @@ def test_audit_of_a_relation_program_checks_with_relation_data():
     assert "relation data" in (primal.reason or "")
     for v in rep.verdicts:
         assert v.holds is not False, v.detail
+
+
+def test_a_dead_input_counts_on_both_sides_of_theorem_6_55():
+    # x0 is bound and never used: tensor SSA drops it, yet the gradient still
+    # returns its (zero) cotangent of size n.  $(T_I) counts the declared
+    # inputs on both sides, so the bound is not broken by the dead input.
+    nn, mm = tl.sizes("n m")
+    x0, s1, x2 = tl.tensor("x0", nn), tl.scalar("s1"), tl.tensor("x2", mm)
+    e = tl.gen(mm, lambda j: tl.let(x0, lambda y: tl.gen(mm, lambda k: s1))[mm - 1 - j] + tl.sum(mm, lambda k: x2[k]))
+    rep = A.audit(e)
+    if rep.row("simplified adjoint").symbolic is None:
+        pytest.skip("derivatives not available")
+    t655 = next(v for v in rep.verdicts if v.name == "Theorem 6.55")
+    assert t655.holds is True, t655.detail
