@@ -68,7 +68,7 @@ def is_soa(t: Type) -> bool:
         case PairT(fst=a, snd=b):
             return is_soa(a) and is_soa(b)
         case TensorT(elem=el):
-            return not isinstance(scalar_elem(el), PairT) and not _has_pair(el)
+            return not _has_pair(el)
         case _:
             raise TypeError(f"not a type: {t!r}")
 

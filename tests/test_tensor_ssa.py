@@ -236,8 +236,10 @@ def _ok(e) -> bool:
     return all(is_soa(v.type) for v in input_vars(e)) and is_soa(type_of(e))
 
 
+# sizes up to 3: the reference evaluator runs every contraction's access sums
+# densely, so the paper-form SSA is slow to *evaluate* at larger sizes
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
-@given(programs())
+@given(programs(max_size=3))
 def test_random_programs(prog):
     if not _ok(prog.expr):
         return
