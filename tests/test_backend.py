@@ -475,3 +475,20 @@ def test_strided_domain_gives_a_strided_loop():
     ir = _loops_of(CASES["exists_affine"][0])  # [exists k. 2k = i]·x[i]: even i only
     (lp,) = loops(ir.body)
     assert lp.step == 2 and lp.lo == "0"
+
+
+@pytest.mark.parametrize("mode", ["sparse", "naive"])
+def test_regression_or_inside_and_keeps_its_parentheses(mode):
+    """A hoisted [p ∨ q] bracket tested inside a conjunction: `a and (b or c)`,
+    not `a and b or c` (which read x1[n] here)."""
+    x0 = tl.tensor("x0", n, n)
+    x2 = tl.tensor("x2", m)
+    R1 = tl.relation("R1", n, n)
+    e = tl.gen(m + n - 1, lambda i: tl.iverson(
+        R(i, i) & (i == 0) & R1(i, i - 1),
+        tl.iverson(i < n, x0[i, i]) + tl.iverson(i + 1 < n, x[i + 1]) + tl.iverson(i < m, x2[i])))
+    from tensorlang.backend.api import python_kernel
+
+    for r0, r1 in [(False, False), (True, True)]:
+        ins = dict(x0=np.ones((1, 1)), x=np.ones(1), x2=np.ones(1), R=np.array([[r0]]), R1=np.array([[r1]]))
+        np.testing.assert_array_equal(python_kernel(e, mode)(**ins), tl.evaluate(e, **ins))

@@ -481,7 +481,8 @@ def affine_test(sc: Scope, p) -> str | None:
     g = test.coalesce().gist(ctx).coalesce()
     if g.n_basic_set() > 8:  # isl's disjunctive form can grow: test the original then
         return None
-    return expr_code(isl.AstBuild.from_context(ctx).expr_from_set(g), {})
+    code = expr_code(isl.AstBuild.from_context(ctx).expr_from_set(g), {})
+    return f"({code})" if " " in code else code  # an operand of and/or
 
 
 def _uindex(code: str) -> str:
