@@ -58,7 +58,9 @@ from tensorlang.ir import (
     free_indices,
     free_vars,
     make_sums,
+    rebuild,
     subst,
+    walk,
     sym_aff,
 )
 from tensorlang.sharing import has_work
@@ -328,6 +330,40 @@ def _lift_sum_block(e: Sum):
     return binds, conj(*preds), cur
 
 
+def _replace(e: Expr, old: Expr, new: Var) -> Expr:
+    """``e`` with the sub-term ``old`` replaced by ``new``, except under a binder
+    of one of ``old``'s free index or value variables (conservative)."""
+    fi, fv = free_indices(old), free_vars(old)
+    memo: dict = {}
+
+    def go(x):
+        if x is old:
+            return new
+        if not isinstance(x, Expr) or not has_work(x):
+            return x
+        got = memo.get(x)
+        if got is not None:
+            return got
+        if isinstance(x, (Gen, Sum)) and x.var in fi:
+            out = x
+        elif isinstance(x, Let) and x.var in fv:
+            out = Let(x.var, go(x.value), x.body)
+        else:
+            cs = []
+            for c in children(x):
+                if isinstance(c, Expr):
+                    cs.append(go(c))
+                elif isinstance(c, tuple):
+                    cs.append(tuple(go(y) if isinstance(y, Expr) else y for y in c))
+                else:
+                    cs.append(c)
+            out = rebuild(x, cs)
+        memo[x] = out
+        return out
+
+    return go(e)
+
+
 class _Simplifier:
     def __init__(self):
         self.memo: dict = {}
@@ -435,6 +471,12 @@ class _Simplifier:
     def _let(self, e: Let, ctx: _Ctx) -> Expr:
         v, e0, e1 = e.var, e.value, e.body
         if v not in free_vars(e1):
+            if has_work(e0) and any(x is e0 for x in walk(e1)):
+                # the "dead" binding's value is computed again in the body: the
+                # cost model shares it (DAG), so keep it and use it (CSE)
+                e1b = _replace(e1, e0, v)
+                if e1b is not e1:
+                    return self.expr(Let(v, e0, e1b), ctx)
             return self.expr(e1, ctx)
         e0 = self.expr(e0, ctx)
         if isinstance(e0, Var) or is_zero(e0) or isinstance(e0, Const):
@@ -451,14 +493,8 @@ class _Simplifier:
 
 def simplify(e: Expr, *, max_rounds: int = 8) -> Expr:
     """Signature: simplify : Expr -> Expr (value-preserving, never more costly)."""
-    from tensorlang.sharing import explicit_sharing
-
     t = type_of(e)
     for _ in range(max_rounds):
-        # Repeated sub-terms become lets first: each is then simplified once,
-        # in one context, so the rewrites cannot un-share work the cost model
-        # counted once (e.g. a loop-invariant term also bound by a dead let).
-        e = explicit_sharing(e)
         new = _Simplifier().expr(e, _Ctx())
         if new is e:
             break
