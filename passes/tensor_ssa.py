@@ -44,6 +44,7 @@ from dataclasses import replace
 
 from tensorlang.errors import UnsupportedError, describe
 from tensorlang.ir import (
+    FALSE,
     TRUE,
     Access,
     And,
@@ -78,7 +79,7 @@ from tensorlang.ir import (
 from tensorlang.typecheck import type_of
 
 from .rules import rule
-from .ssa_form import AddRHS, ContractRHS, MapRHS, classify, to_expr
+from .ssa_form import AddRHS, ConstRHS, ContractRHS, MapRHS, classify, to_expr
 
 # --------------------------------------------------------------------------
 # Small helpers on the ``gen[~i] [p]·e`` form
@@ -161,6 +162,7 @@ class _Block:
         view = classify(rhs)
         if view is None:  # a bug in a rule, not in the user's program
             raise AssertionError(f"tensor SSA produced a non-Figure-10 right-hand side: {describe(rhs)}")
+        view = _without_false(view)
         rhs = self._canonical(view)
         got = self.table.get(rhs)
         if got is not None:
@@ -254,6 +256,20 @@ class _Block:
                 return x, idxs
         x = self.convert(make_gens(list(G) + list(S), _br(p, e)), p)
         return x, tuple(_gvars(list(G) + list(S)))
+
+
+def _without_false(view):
+    """A mask that is literally false makes a primitive zero (or an addition
+    a masked copy of its other operand): Figure 10 has no false brackets."""
+    match view:
+        case MapRHS(gens=g, p=p) | ContractRHS(gens=g, p=p) if p is FALSE:
+            return ConstRHS(g, 0)
+        case AddRHS(gens=g, p0=p0, x0=x0, p1=p1, x1=x1) if p0 is FALSE or p1 is FALSE:
+            if p0 is FALSE and p1 is FALSE:
+                return ConstRHS(g, 0)
+            p, x = (p1, x1) if p0 is FALSE else (p0, x0)
+            return classify(_contraction(list(g), (), p, [(x, tuple(_gvars(g)))]))
+    return view
 
 
 def _conjuncts(p: Pred) -> list:
