@@ -252,3 +252,21 @@ def test_random_programs_exact(prog):
     if _ok(prog.expr):
         check_pass(tensor_ssa, prepared(prog.expr), prog.inputs, prog.sizes,
                    symbolic_inputs=prog.symbolic_inputs(), max_rule_checks=4)
+
+
+def test_false_masks_become_zero_constants():
+    for e in (tl.gen(n, lambda i: tl.iverson(False, u[i])), tl.gen(n, lambda i: tl.iverson(False, tl.exp(u[i]))),
+              tl.gen(n, lambda i: tl.iverson(False, u[i]) + w[i])):
+        r = ssa_check(e)
+        assert all(not isinstance(v, MapRHS) for v in work_views(r.output))
+
+
+def test_a_loop_invariant_shared_term_is_not_replicated():
+    # found by hypothesis: the mix(...) term is shared and does not depend on i;
+    # replicating it over i made the SSA cost more than the program's
+    y = tl.gen(n + 1, lambda i: tl.sum(n, lambda j: tl.sin(s * u[j]) * tl.sin(s * u[j])))
+    e = y[n] * y[n] + tl.sum(n, lambda i: y[i] * y[n - i])
+    r = check_pass(tl.normalize, e, {"s": 0.5, "u": IN["u"]}, {})
+    assert r.cost_out <= r.cost_in
+    calls = sum(1 for v in work_views(r.output) if isinstance(v, MapRHS))
+    assert calls == 1 and tl.cost_breakdown(r.output, n=4)["calls"] == {"sin": 4}
