@@ -102,9 +102,9 @@ def normalize(expr: Expr) -> Expr:
     """Signature: normalize : Expr -> S (tensor SSA, Figure 10), with the same
     denotation and no higher cost.  Explicit sharing first (a sub-term used
     twice becomes a let, so it is computed once), then the four passes."""
-    check_program(expr)
     if sys.getrecursionlimit() < 20000:  # deep programs recurse structurally
         sys.setrecursionlimit(20000)
+    check_program(expr)
     if is_tensor_ssa(expr):  # already normal: the SSA pass is the identity on it
         return run_stage(STAGES[-1], expr)
     e = explicit_sharing(expr)
