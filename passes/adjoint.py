@@ -30,7 +30,6 @@ from tensorlang.ir import (
     Expr,
     Pair,
     Var,
-    lets,
     make_lets,
 )
 from tensorlang.typecheck import type_of, zero_of
@@ -236,7 +235,3 @@ def transpose(e: Expr, wrt, seed: Var) -> Expr:
     type_of(out)
     return out
 
-
-def ssa_inputs(e: Expr):
-    binds, _ = lets(e)
-    return [classify(rhs) for _, rhs in binds]
