@@ -44,7 +44,6 @@ from tensorlang.ir import (
     Var,
     fresh_var,
     input_vars,
-    lets,
     make_lets,
     meta,
     scalar_elem,

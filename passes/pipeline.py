@@ -21,7 +21,6 @@ from tensorlang.typecheck import check_program
 from .gen_pushout import gen_pushout
 from .let_lift import let_lift
 from .normal_forms import (
-    is_gen_pushed_out,
     why_not_gen_pushed_out,
     why_not_let_lifted,
     why_not_pair_free,
@@ -113,4 +112,4 @@ def normalize(expr: Expr) -> Expr:
     return e
 
 
-__all__ = ["normalize", "debug", "STAGES", "run_stage", "NormalFormViolation", "is_gen_pushed_out"]
+__all__ = ["normalize", "debug", "STAGES", "run_stage", "NormalFormViolation"]

@@ -23,7 +23,6 @@ from tensorlang.ir import (
 )
 from tensorlang.passes.gen_pushout import access_gen, access_iverson, gen_pushout, iverson_gen, iverson_iverson
 from tensorlang.passes.let_lift import let_lift
-from tensorlang.passes.normal_forms import is_gen_pushed_out
 from tensorlang.passes.pair_elim import is_soa, pair_elim
 from tensorlang.sharing import explicit_sharing
 from tensorlang.typecheck import type_of

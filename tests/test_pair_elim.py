@@ -14,21 +14,16 @@ from tensorlang.ir import (
     Access,
     Gen,
     Iverson,
-    Let,
     Pair,
     PairT,
     Proj,
     TensorT,
-    Var,
     alpha_eq,
     input_vars,
     lets,
     as_aff,
-    sym_aff,
 )
-from tensorlang.passes import rules
 from tensorlang.passes.let_lift import let_lift
-from tensorlang.passes.normal_forms import is_pair_free
 from tensorlang.passes.pair_elim import (
     access_pair,
     gen_pair,

@@ -5,7 +5,6 @@ canonical order), masks, and the three oracles on hand-written and random
 programs."""
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
