@@ -10,6 +10,11 @@ its symmetric cases (right operand, any function argument, second pair
 component, ``π1``), and 5.10 is used in its corrected form
 ``let x = (let y = e0 in e1) in e2 ==> let y = e0 in let x = e1 in e2``.
 
+Beyond the printed rules: a binding that does not depend on the index of
+the enclosing gen/sum (5.6/5.7) is lifted as it stands, under ``[0 < n]``,
+instead of being replicated over the loop (never costlier, and the form the
+paper prints for Section 2.3).
+
 The paper assumes no re-use of variable names.  Interning can make one
 ``let`` node occur twice, so a lifted binder is renamed whenever it would
 capture a sibling's free variable, and the rules that change a bound value

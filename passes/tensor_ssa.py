@@ -6,9 +6,11 @@ rules 5.25-5.34 and the four fix-ups; the target grammar (Figure 10) is
 empty and ``p = true`` when absent), so the computation mask ``p`` reaches
 every primitive.  Readings, following the Notes of RULES.md:
 
-* 5.29 drops the mask (every consumer re-masks).  At a statement or output,
-  where nothing re-masks, a masked constant is bound unmasked and then
-  masked by 5.30 on that intermediate.
+* 5.29 drops the mask, but only where the consumer re-applies exactly that
+  mask (5.31-5.34 pass it down).  At a statement, an output, or under a
+  bracket of the term's own, a masked constant is bound unmasked and then
+  masked by 5.30 on that intermediate.  A literally false mask makes the
+  primitive the constant 0.
 * 5.30 covers accesses to inputs and to intermediates; without an access it
   is a broadcast ``gen[~g] [p]·X``; a partial access (a tensor-valued
   ``x[a]`` or ``[p]·x``) is eta-expanded with fresh generators.  An access
