@@ -55,7 +55,7 @@ def _lowered(expr, mode):
 
 
 @pytest.mark.parametrize("mode", ["sparse", "naive"])
-@settings(max_examples=75, **SETTINGS)
+@settings(max_examples=100, **SETTINGS)
 @given(prog=programs())
 def test_lowered_programs_equal_evaluator(prog, mode):
     ref = prog.evaluate()
