@@ -157,6 +157,34 @@ def _rhs(e: Expr, binds: list, top: bool = True) -> Expr:
     return _scalar(e, binds, {})
 
 
+def _uses_below(e: Expr, v: Var, looped: bool):
+    """(number of occurrences of ``v`` in the tree ``e``, whether one is under a gen/sum)."""
+    if v not in free_vars(e):
+        return 0, False
+    if e is v:
+        return 1, looped
+    count, deep = 0, False
+    inner = looped or isinstance(e, (Gen, Sum))
+    for c in _children(e):
+        k, d = _uses_below(c, v, inner)
+        count, deep = count + k, deep or d
+    return count, deep
+
+
+def _children(e: Expr):
+    match e:
+        case Add(lhs=a, rhs=b) | Mul(lhs=a, rhs=b) | Pair(fst=a, snd=b) | Let(value=a, body=b):
+            return (a, b)
+        case Call(args=args):
+            return args
+        case Gen(body=b) | Sum(body=b) | Iverson(body=b) | Proj(arg=b) | Access(arr=b):
+            return (b,)
+        case Var() | Const():
+            return ()
+        case _:
+            raise UnsupportedError(f"not a value expression: {e!r}")
+
+
 def _alias(e: Expr) -> bool:
     while isinstance(e, Proj):
         e = e.arg
@@ -204,6 +232,10 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
             elif not free_indices(e0):
                 binds.append((v, _rhs(e0, binds)))
                 out = _scalar(e1, binds, memo)
+            elif _uses_below(e1, v, False) == (1, False):
+                # one use, not under a further loop: substituting computes at most
+                # the one element the use reads (the let computed them all)
+                out = _scalar(subst(e1, vals={v: e0}), binds, memo)
             else:
                 raise UnsupportedError(f"the backend cannot lower the tensor let {describe(e)} under a loop")
         case Access():
