@@ -139,10 +139,12 @@ def desugar(t) -> Expr:
 # Helpers shared by the rules
 
 from tensorlang.errors import UnsupportedError, describe  # noqa: E402
-from tensorlang.functions import lookup  # noqa: E402
+from tensorlang.functions import derivative_def  # noqa: E402
 from tensorlang.ir import (  # noqa: E402
     Add,
+    Call,
     Cmp,
+    Const,
     Exists,
     Gen,
     IndexVar,
@@ -460,9 +462,11 @@ def transpose_addition(t):
 def transpose_map(t):
     """<dY | D⟦[p0]·f(X)⟧σ>_[p1]  ==>  let dX' = [p0 ∧ p1]·DTf(X, dY) in <dX' | D⟦X⟧σ>_[p0 ∧ p1]
 
-    For f(X0, …): one dXk' = gen[~i] [p0 ∧ p1]·(∂_k f)(X0[~i], …)·dY[~i] and one
-    product per argument (RULES.md Note on 6.47).  Returns the lets wrapped
-    around the ⊕-sum of the products."""
+    For f(X0, …): one dXk' = gen[~i] [p0 ∧ p1]·DT_k f(X0[~i], …; dY[~i]) and one
+    product per argument (RULES.md Note on 6.47).  DT_k f is the black-box
+    derivative D[f] with the one-hot tangent (0, …, dY, …, 0): one
+    application, costed 1 (rule 4.26).  Returns the lets wrapped around the
+    ⊕-sum of the products."""
     if not (isinstance(t, Inner) and isinstance(t.right, Deriv)):
         return None
     view = classify(t.right.expr)
@@ -473,12 +477,13 @@ def transpose_map(t):
     idx = affs(iv)
     p = conj(v.p, t.pred_at(idx))
     args = tuple(access(x, idx) for x in v.args)
-    partials = lookup(v.fn).partials(*args)
+    dfn = derivative_def(v.fn).name
     dy = access(t.left, idx)
     lets_, terms = [], []
-    for x, dk in zip(v.args, partials):
+    for k, x in enumerate(v.args):
+        onehot = tuple(dy if j == k else Const(0) for j in range(len(args)))
         d = fresh_var("d" + x.name + "'", x.type)
-        lets_.append((d, make_gens(v.gens, iverson(p, Mul(dk, dy)))))
+        lets_.append((d, make_gens(v.gens, iverson(p, Call(dfn, args + onehot)))))
         terms.append(Inner(d, Deriv(x, t.right.sigma), p, iv))
     out = OPlus(tuple(terms))
     for d, e in reversed(lets_):

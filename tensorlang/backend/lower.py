@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from ..functions import expand_derivative
 from ..errors import TensorLangError, UnsupportedError, describe
 from ..ir import (
     Access,
@@ -329,6 +330,11 @@ class Lowerer:
                 if c1 == "-1.0":
                     return s1 + s2, f"(-{c2})"
                 return s1 + s2, f"({c1} * {c2})"
+            case Call(fn=f, args=args) if f.startswith("D[") and f.endswith("]"):
+                # the black-box derivative D[f] of rule 6.6: emit its expansion
+                # sum_k (d_k f)(x)·t_k from f's registered partials
+                k = len(args) // 2
+                return self.scalar(expand_derivative(f[2:-1], args[:k], args[k:]), sc)
             case Call(fn=f, args=args):
                 st, codes = [], []
                 for a in args:
