@@ -17,6 +17,7 @@ compiles, ``evaluator`` never does.
 from __future__ import annotations
 
 import os
+import warnings
 
 from .errors import UnsupportedError
 from .evaluator import evaluate
@@ -50,7 +51,14 @@ class LazyKernel:
 
             try:
                 self._impl = _compile(self.expr, mode=self.mode, threads=self.threads)
-            except UnsupportedError:
+            except UnsupportedError as exc:
+                # same meaning, much slower: say so rather than be silently slow
+                warnings.warn(
+                    f"tensorlang: the backend cannot compile this program ({exc}); "
+                    "it runs on the reference evaluator instead",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
                 self._impl = EvaluatorKernel(self.expr, self.mode)
         return self._impl
 
