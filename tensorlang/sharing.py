@@ -159,10 +159,16 @@ def explicit_sharing(e: Expr) -> Expr:
     if got is not None:
         return got
     out = e
-    for _ in range(100):  # binding a term can expose sharing inside let values
-        todo = set(shared_terms(out)) | set(invariant_tensors(out))
+    # Binding a term can expose sharing inside let values, hence the loop.  A
+    # term is bound at most once: a binder symbol reused by two binders (the
+    # derivative passes copy gen[i] into the differential) gives the term two
+    # homes, and it stays "shared" after both are bound.
+    attempted: set = set()
+    for _ in range(100):
+        todo = (set(shared_terms(out)) | set(invariant_tensors(out))) - attempted
         if not todo:
             break
+        attempted |= todo
         out = _bind(out, todo)
     meta(out)["shared"] = out
     m["shared"] = out
