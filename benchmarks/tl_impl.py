@@ -2,7 +2,7 @@
 
 The later compiler stages are detected, never assumed: ``tl.grad`` needs
 tensorlang.autodiff, ``tl.compile`` needs tensorlang.backend.api, ``tl.cost``
-needs tensorlang.cost.  Without the compiled backend ``tl.grad`` runs on the
+needs tensorlang.costmodel.  Without the compiled backend ``tl.grad`` runs on the
 reference evaluator (pure Python), which is allowed only at tiny sizes; larger
 sizes are reported "not available" instead of running for hours.
 """
@@ -29,16 +29,12 @@ def stages() -> dict:
     return {
         "autodiff": _have("tensorlang.autodiff"),
         "backend": _have("tensorlang.backend.api"),
-        "cost": _have("tensorlang.cost"),
+        "cost": _have("tensorlang.costmodel"),
     }
 
 
 class _API:
-    """tensorlang's later-stage functions, resolved from their modules.
-
-    (Not ``tl.cost``: once tensorlang.cost is imported the package attribute
-    ``tensorlang.cost`` is the module, which shadows the lazy function.)
-    """
+    """tensorlang's later-stage functions, resolved from their modules."""
 
     def __getattr__(self, name):
         import tensorlang as tl
@@ -115,7 +111,7 @@ def costs(workload, data, sizes) -> dict:
     tl = _API()
     st = stages()
     if not st["cost"]:
-        raise NotAvailable("tensorlang.cost (tl.cost) not present yet")
+        raise NotAvailable("tensorlang.costmodel (tl.cost) not present yet")
     loss, ins = workload.program()
     wrt = [ins[name] for name in workload.wrt]
     out = {"primal": _cost(tl, loss, sizes, data)}

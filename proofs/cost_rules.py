@@ -4,7 +4,7 @@ For a cost rule the "right-hand side" is a number: the obligation checks that
 ``tl.cost`` and ``tl.symbolic_cost`` (through isl) agree with an independent
 reading of the rule, :func:`count`, a direct structural recursion over the
 program at concrete sizes that enumerates every index point (it shares no
-code with ``tensorlang.cost``).  Instances are random programs whose root is
+code with ``tensorlang.costmodel``).  Instances are random programs whose root is
 the rule's construct, after explicit sharing (so a sub-term the user computed
 once is costed once by both sides).
 """
@@ -219,7 +219,7 @@ def _run_fig17(number, title, quick) -> Result:
     C = _cost_module()
     fn = getattr(C, "inner_product_cost", None)
     if fn is None:
-        raise StageUnavailable("tensorlang.cost.inner_product_cost is not available")
+        raise StageUnavailable("tensorlang.costmodel.inner_product_cost is not available")
     if number not in ("6.53", "6.54"):
         return _run_meta(number, title, C, quick)
     fails, checked = [], 0
@@ -279,7 +279,7 @@ def _run_meta(number, title, C, quick) -> Result:
     (``dlet`` costs its de-sugared forward derivative, Fig. 13)."""
     fn = getattr(C, "extended_cost", None)
     if fn is None:
-        raise StageUnavailable("tensorlang.cost.extended_cost is not available")
+        raise StageUnavailable("tensorlang.costmodel.extended_cost is not available")
     from tensorlang.passes.adjoint_rules import DLet, Deriv, Inner, OPlus, ZERO_TERM
     from tensorlang.passes.total_derivative import tangent_inputs, total_derivative
 

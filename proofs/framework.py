@@ -109,7 +109,7 @@ def load_rules() -> dict:
             importlib.import_module(f"tensorlang.passes.{m}")
         except ImportError:
             pass
-    for m in ("tensorlang.autodiff", "tensorlang.cost"):
+    for m in ("tensorlang.autodiff", "tensorlang.costmodel"):
         try:
             importlib.import_module(m)
         except ImportError:

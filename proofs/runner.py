@@ -31,7 +31,7 @@ KIND_MODULE = {
     "theorem": "proofs/theorems.py",
 }
 
-COST_FUNCTIONS = {6: "tensorlang.cost.cost", 17: "tensorlang.cost.inner_product_cost"}
+COST_FUNCTIONS = {6: "tensorlang.costmodel.cost", 17: "tensorlang.costmodel.inner_product_cost"}
 THEOREM_FUNCTIONS = {
     "Theorem 6.1": "tensorlang.audit.audit",
     "Theorem 6.55": "tensorlang.audit.audit",

@@ -49,9 +49,9 @@ from .sharing import explicit_sharing
 # Later stages live in their own modules and are loaded on first use, so the
 # core stays importable (and fast to import) on its own.
 _LAZY = {
-    "cost": "tensorlang.cost",
-    "cost_breakdown": "tensorlang.cost",
-    "symbolic_cost": "tensorlang.cost",
+    "cost": "tensorlang.costmodel",
+    "cost_breakdown": "tensorlang.costmodel",
+    "symbolic_cost": "tensorlang.costmodel",
     "normalize": "tensorlang.passes.pipeline",
     "derivative": "tensorlang.autodiff",
     "adjoint": "tensorlang.autodiff",

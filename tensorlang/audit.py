@@ -46,7 +46,7 @@ from .decide import (  # noqa: F401  (re-exported: the audit's public decision A
 
 
 # --------------------------------------------------------------------------
-# Costs (through tensorlang.cost when it exists)
+# Costs (through tensorlang.costmodel when it exists)
 
 
 class StageUnavailable(Exception):
@@ -55,9 +55,9 @@ class StageUnavailable(Exception):
 
 def _cost_module():
     try:
-        from . import cost as C
+        from . import costmodel as C
     except ImportError as exc:
-        raise StageUnavailable(f"the cost model (tensorlang.cost) is not available: {exc}") from None
+        raise StageUnavailable(f"the cost model (tensorlang.costmodel) is not available: {exc}") from None
     return C
 
 

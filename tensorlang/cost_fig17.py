@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cost import _parse_kwargs, cost, count_at
+from .costmodel import _parse_kwargs, cost, count_at
 from .errors import InputError, TensorLangError, UnsupportedError, describe
 from .ir import Const, Expr, Iverson, Pair, PairT, Pred, RealT, TensorT, Type, input_vars, relations_of
 from .typecheck import type_of

@@ -1,14 +1,14 @@
 """The Figure 6 cost (paper Section 4.3) and its Figure 17 extension as
 sympy expressions in the size variables.
 
-The count terms of :func:`tensorlang.cost.cost_terms` are iteration domains;
+The count terms of :func:`tensorlang.costmodel.cost_terms` are iteration domains;
 each affine domain is counted by barvinok (``isl.Set.card``), the signed
 piecewise quasi-polynomials are added *inside isl* (one parameter space: all
 sizes of the program), simplified under the size conditions and converted to
 sympy once, so the result is a polynomial, or a ``Piecewise`` where the count
 genuinely is piecewise.
 
-Size conditions: the result equals :func:`tensorlang.cost.cost` for every
+Size conditions: the result equals :func:`tensorlang.costmodel.cost` for every
 assignment of integers >= 1 to the program's sizes
 (:func:`symbolic_cost_conditions`).  At a size 0 the expression may differ
 (it is simplified under ``size >= 1``).
@@ -26,7 +26,7 @@ import islpy as isl
 import sympy
 
 from . import isl_bridge as ib
-from .cost import ADD, MUL, _conjuncts, cost_terms, has_relation
+from .costmodel import ADD, MUL, _conjuncts, cost_terms, has_relation
 from .cost_relations import (  # noqa: F401  (re-exported: the symbols' public API)
     _REL_META,
     _REL_SYMS,
@@ -243,7 +243,7 @@ def symbolic_cost_over(expr: Expr, binders, pred: Pred = TRUE):
 
 def symbolic_cost_conditions(expr: Expr) -> list:
     """The conditions under which :func:`symbolic_cost` equals
-    :func:`tensorlang.cost.cost`: every size of the program is >= 1.  (Counts
+    :func:`tensorlang.costmodel.cost`: every size of the program is >= 1.  (Counts
     over domains whose extents are negative are 0 in both, so no further
     condition is needed for the cost itself; ``symbolic_io_cost`` and
     ``symbolic_type_cost`` also need the type extents >= 0, listed after.)"""

@@ -20,7 +20,7 @@ operationally instead of counting domains:
 
 Like ``tl.cost`` it runs on ``explicit_sharing(expr)`` (a DAG-shared term
 the user computed once is one ``let``).  It shares no code with
-``tensorlang.cost`` (no isl, no count terms).
+``tensorlang.costmodel`` (no isl, no count terms).
 """
 
 from __future__ import annotations

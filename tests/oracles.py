@@ -65,8 +65,8 @@ from tensorlang.passes.tensor_ssa import split, tensor_ssa
 from tensorlang.typecheck import type_of
 
 try:  # the cost model (engineer H2); the cost oracle is skipped without it
-    from tensorlang.cost import cost as _cost
-except ImportError:  # pragma: no cover - only before tensorlang.cost exists
+    from tensorlang.costmodel import cost as _cost
+except ImportError:  # pragma: no cover - only before tensorlang.costmodel exists
     _cost = None
 
 

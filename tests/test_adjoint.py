@@ -180,7 +180,7 @@ def test_adjoint_refuses_programs_not_in_ssa():
 
 
 def _io(e, **sizes):
-    from tensorlang import cost as C
+    from tensorlang import costmodel as C
 
     return C.io_cost(e, **sizes)
 

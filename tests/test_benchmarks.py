@@ -6,6 +6,7 @@ each workload); the runner's own outputs for the smoke runs.  No timing
 assertions.
 """
 
+import importlib.util
 import json
 
 import numpy as np
@@ -72,19 +73,24 @@ def test_quick_run_validates_every_result(tmp_path):
     assert rc == 0
     rows = {r["method"]: r for r in doc["results"]}
     assert set(rows) == {"autograd", "numba-hand", "tensorlang"}
-    for m in ("autograd", "numba-hand"):
+    # numba and tensorlang are core dependencies: they must run and be right
+    for m in ("numba-hand", "tensorlang"):
         assert rows[m]["status"] == "ok", rows[m]
         assert rows[m]["max_rel_err"] <= 1e-6
         assert rows[m]["grad_s"] > 0 and rows[m]["primal_s"] > 0
-    # tensorlang runs (checked) when its stages exist, and says why not otherwise
-    assert rows["tensorlang"]["status"] in ("ok", "not available"), rows["tensorlang"]
-    if rows["tensorlang"]["status"] == "ok":
-        assert rows["tensorlang"]["max_rel_err"] <= 1e-6
+    # autograd is a [bench] extra: checked when installed, reported missing otherwise
+    if importlib.util.find_spec("autograd") is None:
+        assert rows["autograd"]["status"] == "not available", rows["autograd"]
+        assert "autograd is not installed" in str(rows["autograd"])
+    else:
+        assert rows["autograd"]["status"] == "ok", rows["autograd"]
+        assert rows["autograd"]["max_rel_err"] <= 1e-6
     assert doc["reference_checks"]["deconv-m3"]["ok"]
     assert doc["meta"]["machine"]["threads"] == 1
     md = (out / "results.md").read_text()
     assert "deconv-m3" in md and "numba-hand" in md
-    assert (out / "deconv-m3.png").stat().st_size > 0
+    if importlib.util.find_spec("matplotlib") is not None:  # plots need the [bench] extra
+        assert (out / "deconv-m3.png").stat().st_size > 0
 
 
 def test_timeout_is_reported_and_larger_sizes_skipped(tmp_path):

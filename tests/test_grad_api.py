@@ -12,7 +12,7 @@ import sympy
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import tensorlang as tl
-from tensorlang.cost import io_cost, type_cost_at
+from tensorlang.costmodel import io_cost, type_cost_at
 from tensorlang.ir import PairT, Var, input_vars
 from tensorlang.passes.adjoint import transpose
 from tensorlang.passes.simplify import simplify

@@ -563,19 +563,4 @@ def __getattr__(name):
         from . import cost_fig17
 
         return getattr(cost_fig17, name)
-    raise AttributeError(f"module 'tensorlang.cost' has no attribute {name!r}")
-
-
-# ``tensorlang.cost`` is both this module and (through the package's lazy
-# export) the function ``tl.cost``: importing the submodule binds the package
-# attribute ``cost`` to the module, so the module itself is made callable.
-import sys as _sys
-import types as _types
-
-
-class _CallableModule(_types.ModuleType):
-    def __call__(self, expr, **sizes_and_relations):
-        return cost(expr, **sizes_and_relations)
-
-
-_sys.modules[__name__].__class__ = _CallableModule
+    raise AttributeError(f"module 'tensorlang.costmodel' has no attribute {name!r}")
