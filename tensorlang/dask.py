@@ -328,7 +328,8 @@ def _chunk(spec: _Spec, index: int, start: int, stop: int, shared: dict, *arrays
         raise type(exc)(f"{where}: {exc}") from None
     with _LOCK:
         _STATS["chunks"] += 1
-    return float(value), tuple(grads)
+    # tl.value_and_grad gives one wrt's gradient bare, even for a one-element list
+    return float(value), ((grads,) if len(spec.wrt) == 1 else tuple(grads))
 
 
 def _split(spec: _Spec, res):
