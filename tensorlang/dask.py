@@ -401,17 +401,18 @@ def _batched_array(name: str, x, ndim: int):
 
 class _Sharded:
     def __init__(self, loss: Expr, wrt, batch, mode: str, split_every: int):
-        from .autodiff import _wrt_list
         from .autodiff import value_and_grad as _vg
 
-        self.xs, self.single = _wrt_list(wrt)
-        self.plan = shard_plan(loss, batch, self.xs)
+        self.single = not isinstance(wrt, (list, tuple))
+        self.xs = [wrt] if self.single else list(wrt)
         if split_every < 2:
             raise TensorLangError(f"split_every must be at least 2, got {split_every}")
+        self.plan = shard_plan(loss, batch, self.xs)
         self.split_every = split_every
         self.mode = mode
-        # Derive here: a program the derivative or backend refuses fails now,
-        # not in every worker; the local scheduler then reuses it.
+        # Derive here (tl.value_and_grad also checks wrt and the loss): a
+        # program the derivative refuses fails now, not in every worker; the
+        # local scheduler then reuses it.
         local = _vg(loss, self.xs, mode=mode)
         self.key = (loss, tuple(self.xs), mode)
         _PROGRAMS.setdefault(self.key, local)
