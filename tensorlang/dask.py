@@ -34,8 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import dask  # the top-level package: absolute imports, this module is tensorlang.dask
-import dask.array as da
+try:  # the top-level package (imports are absolute; this module is tensorlang.dask)
+    import dask
+    import dask.array as da
+except ImportError as exc:  # an optional dependency, not one of our modules
+    raise ImportError("tensorlang.dask needs Dask: pip install 'tensorlang[dask]'") from exc
 
 from . import functions as F
 from .errors import InputError, TensorLangError, UnsupportedError, describe
@@ -430,8 +433,9 @@ class _Sharded:
         total = {n: x.shape[0] for n, x in batched.items()}
         if len(set(total.values())) > 1:
             raise InputError(f"the batched inputs disagree on the batch size {sv.name}: {total}")
-        first = batched[plan.batched[0].name]
-        rows = first.chunks[0]
+        # the batch partition: that of the first batched input given as a dask array
+        ref = next((v.name for v in plan.batched if isinstance(inputs[v.name], da.Array)), plan.batched[0].name)
+        rows = batched[ref].chunks[0]
         batched = {n: (x if x.chunks[0] == rows else x.rechunk({0: rows})) for n, x in batched.items()}
         shared = {k: (v.compute() if isinstance(v, da.Array) else v) for k, v in inputs.items() if k not in batched}
         # Check names, trailing shapes and sizes on one probe row (a broadcast view, no copy).

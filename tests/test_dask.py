@@ -114,10 +114,12 @@ def test_local_scheduler_without_a_client():
         pass
     else:
         pytest.skip("a Client exists in this process")
+    assert tld.dask.__file__ == da.__file__.replace("array/__init__.py", "__init__.py")  # the real Dask
     data = deconv_data()
     want = tl.value_and_grad(deconv, [x, w])(**data)
     got = tld.value_and_grad(deconv, [x, w], batch=b)(
-        x=da.from_array(data["x"], chunks=(4, -1)), z=da.from_array(data["z"], chunks=(4, -1)), w=data["w"])
+        x=da.from_array(data["x"], chunks=(4, -1)), z=data["z"], w=data["w"])  # z: NumPy, one chunk
+    assert got[1][0].chunks[0] == (4, 4, 2)  # the partition of the batched input given as a dask array
     assert_same(got, want)
 
 
