@@ -327,8 +327,12 @@ def _chunk(spec: _Spec, index: int, start: int, stop: int, shared: dict, *arrays
         kw[name] = a
     try:
         value, grads = _program(spec)(**kw)
-    except TensorLangError as exc:
-        raise type(exc)(f"{where}: {exc}") from None
+    except TensorLangError as exc:  # the same kind of error, naming the chunk
+        try:
+            named = type(exc)(f"{where}: {exc}")
+        except TypeError:  # a subclass with another constructor
+            named = TensorLangError(f"{where}: {type(exc).__name__}: {exc}")
+        raise named from None
     with _LOCK:
         _STATS["chunks"] += 1
     # tl.value_and_grad gives one wrt's gradient bare, even for a one-element list
