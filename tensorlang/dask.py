@@ -51,7 +51,6 @@ from .ir import (
     Exists,
     Expr,
     Gen,
-    IndexVar,
     Iverson,
     Let,
     Mul,
