@@ -6,7 +6,8 @@ partition of the batch: the loss of the whole batch is the sum of the losses
 of the chunks, the gradient of a shared input (the kernel ``w`` of the
 paper's batched kernel fit, Section 2.3) is the sum of the chunks'
 gradients, and the gradient of a batched input is the chunks' gradients
-side by side (the adjoint of a sum is a copy, rule 6.45).  So the per-chunk
+side by side (the adjoint of a sum copies the cotangent to every term,
+rules 6.44 and 6.49).  So the per-chunk
 program is the loss itself, run with ``B`` set to the chunk's row count:
 
     vg = tensorlang.dask.value_and_grad(loss, wrt=[x, w], batch=b)
