@@ -76,7 +76,26 @@ class Node(metaclass=Interned):
         super().__init_subclass__(**kw)
 
     def __reduce__(self):
-        return (type(self), tuple(getattr(self, f) for f in self._field_names))
+        # Unpickling calls the constructor, so a node arriving in another
+        # process (tensorlang.dask ships programs to workers) is re-interned
+        # there: ``a is b`` keeps deciding equality and caches keyed by the
+        # program hit.  Nodes carrying a uid (IndexVar, Var) also move the
+        # receiving process's fresh_uid() past it; otherwise a "fresh"
+        # variable made there (by a derivative pass) could be the very
+        # object a shipped binder binds, and substitution would capture it.
+        args = tuple(getattr(self, f) for f in self._field_names)
+        if "uid" in self._field_names:
+            return (_revive_with_uid, (type(self), args))
+        return (type(self), args)
+
+
+def _revive_with_uid(cls, args):
+    n = cls(*args)
+    if n.uid > 0:  # inputs (0) and canonical variables (< 0) are not fresh
+        first = next(_fresh)
+        if first <= n.uid:  # skip the counter past the uid (C speed; only ever moves up)
+            next(itertools.islice(_fresh, n.uid - first, n.uid - first), None)
+    return n
 
 
 def node(cls):
