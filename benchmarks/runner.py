@@ -8,7 +8,9 @@ count fixed through the environment, a per-task timeout and a resident-memory
 limit enforced from here; a missing package, a crash, a timeout or a wrong
 gradient becomes a row of the table, never a silent gap.  After a timeout or a
 memory kill the method's larger sizes of that workload are skipped.
-Outputs in --out: results.json, results.md and one log-log PNG per workload.
+Outputs in --out: results.json, results.md, one log-log PNG per workload and gradients.png
+(every workload's gradient time against size on one page).  Progress: one rich bar per method
+on a terminal, plain result lines otherwise.
 """
 
 from __future__ import annotations
