@@ -39,7 +39,7 @@ import numpy as np
 
 from .errors import InputError, TensorLangError
 from .evaluator import infer_sizes
-from .ir import REAL, PairT, TensorT, Var, input_vars, relations_of, size_vars
+from .ir import REAL, TensorT, Var, input_vars, relations_of, size_vars
 from .typecheck import check_program, type_of
 
 
@@ -55,12 +55,12 @@ def _require(module: str, extra: str, what: str):
 
 def _extents(t, what: str) -> list:
     """The extents (affine in the sizes) of a real or tensor type; pairs are refused."""
-    ext = []
+    ext, full = [], t
     while isinstance(t, TensorT):
         ext.append(t.extent)
         t = t.elem
     if t is not REAL:
-        raise TensorLangError(f"{what} has type {t if not ext else t} inside a tensor; interop takes real tensors only "
+        raise TensorLangError(f"{what} has type {full}; interop takes real scalars and tensors of reals only "
                               "(split a pair into two inputs, or take tl.proj of a pair output)")
     return ext
 

@@ -146,6 +146,10 @@ def test_jax_function_refuses_bad_arguments(jax64):
         F(q=1.0, **d)
     with pytest.raises(tl.InputError, match="input x"):
         F(x=d["x"][:-1], c=d["c"], z=d["z"])  # no size n fits both x and z
+    with pytest.raises(tl.TensorLangError, match="tl.proj"):
+        tl.jax_function(tl.pair(deconv_loss, deconv_loss))
+    with pytest.raises(tl.InputError, match="not inputs of the program"):
+        tl.jax_function(deconv_loss, inputs=["x", "c", "q"])
 
 
 # ---------------------------------------------------------------------------
