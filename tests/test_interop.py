@@ -245,6 +245,7 @@ def test_scipy_minimize_converges_on_a_quadratic():
 
 
 def test_scipy_objective_flattens_several_inputs():
+    pytest.importorskip("scipy.optimize")
     d = deconv_data()
     obj = tl.scipy_objective(deconv_loss, wrt=[x, c], z=d["z"])
     v = obj.x0(x=d["x"], c=d["c"])
@@ -261,6 +262,7 @@ def test_scipy_objective_flattens_several_inputs():
 
 
 def test_scipy_objective_refusals():
+    pytest.importorskip("scipy.optimize")
     with pytest.raises(tl.TensorLangError, match="scalar loss"):
         tl.scipy_objective(conv, wrt=x)
     with pytest.raises(tl.InputError, match="not an input"):
