@@ -155,7 +155,8 @@ def markdown(doc) -> str:
 
 
 def plots(doc, out: Path) -> list:
-    """One PNG per workload: time versus primary size, log-log; gradient solid, primal dashed."""
+    """One PNG per workload: time versus primary size, log-log; gradient solid, primal dashed; and
+    gradients.png, every workload's gradient times on one page (see ``overview``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,7 +188,47 @@ def plots(doc, out: Path) -> list:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+    if by_w:
+        written.append(overview(doc, out, by_w, plt))
     return written
+
+
+def overview(doc, out: Path, by_w, plt) -> Path:
+    """gradients.png: gradient time versus size for every workload and every method, log-log, one panel
+    per workload (the figure README embeds); a method's failures are simply absent points."""
+    from matplotlib.ticker import NullFormatter
+
+    names = sorted(by_w, key=lambda nm: (doc["workloads"][nm]["number"], nm))
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    handles = {}
+    for ax, name in zip(axes.flat, names):
+        info = doc["workloads"][name]
+        for method in sorted(by_w[name], key=lambda mm: METHODS.index(mm) if mm in METHODS else 99):
+            rs = sorted(by_w[name][method], key=lambda r: r["size"])
+            color = f"C{METHODS.index(method) % 10}" if method in METHODS else "k"
+            (line,) = ax.plot([r["size"] for r in rs], [r["grad_s"] for r in rs], "o-", ms=3, color=color)
+            handles[method] = line
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"{info['number']}. {name}", fontsize=9)
+        ax.set_xlabel(info["primary"], fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on short decades
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in axes.flat[len(names):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("gradient time (s)", fontsize=8)
+    order = [mm for mm in METHODS if mm in handles] + [mm for mm in handles if mm not in METHODS]
+    fig.legend([handles[mm] for mm in order], order, loc="lower center", ncol=len(order), fontsize=8,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    path = out / "gradients.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def main(argv=None) -> int:

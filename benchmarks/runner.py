@@ -8,7 +8,9 @@ count fixed through the environment, a per-task timeout and a resident-memory
 limit enforced from here; a missing package, a crash, a timeout or a wrong
 gradient becomes a row of the table, never a silent gap.  After a timeout or a
 memory kill the method's larger sizes of that workload are skipped.
-Outputs in --out: results.json, results.md and one log-log PNG per workload.
+Outputs in --out: results.json, results.md, one log-log PNG per workload and gradients.png
+(every workload's gradient time against size on one page).  Progress: one rich bar per method
+on a terminal, plain result lines otherwise.
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ def run_method(method: str, tasks: list, args, env: dict, log) -> tuple[dict, di
                             versions = ev["versions"]
                         elif kind == "start":
                             current, since, peak = ev["id"], time.monotonic(), 0
+                            log.start(method, current)
                         elif kind == "result":
                             tid = ev.pop("id")
                             results[tid] = ev
@@ -184,12 +187,56 @@ def run_method(method: str, tasks: list, args, env: dict, log) -> tuple[dict, di
                 after_failed = True
             elif after_failed and t["workload"] == wname and status in ("OOM", "TIMEOUT"):
                 results[t["id"]] = {"status": "skipped", "reason": f"{status} at a smaller size"}
+                log.done(method)
         pending = [t for t in pending if t["id"] not in results]
         if len(pending) >= before:  # no progress: never loop forever
             for t in pending:
                 results[t["id"]] = {"status": "CRASH", "reason": reason}
+                log.done(method)
             break
     return results, versions
+
+
+class Progress:
+    """Where the run reports: one rich progress bar per method (tasks done, the task running, elapsed
+    time) with the result lines printed above the bars on a terminal; plain lines on stderr otherwise
+    (logs, CI), so that nothing is lost when no one watches."""
+
+    def __init__(self, methods, n_tasks: int, stream=None):
+        from rich.console import Console
+
+        self.stream = stream or sys.stderr
+        self.console = Console(file=self.stream)
+        self.bars = None
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bars, TextColumn, TimeElapsedColumn
+
+            self.bars = Bars(TextColumn("[bold]{task.fields[method]:<16}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("{task.description}"), console=self.console)
+            self.ids = {m: self.bars.add_task("waiting", total=n_tasks, method=m) for m in methods}
+
+    def __enter__(self):
+        if self.bars:
+            self.bars.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bars:
+            self.bars.stop()
+
+    def line(self, text: str) -> None:
+        if self.bars:
+            self.bars.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def start(self, method: str, tid: str) -> None:
+        if self.bars:
+            self.bars.update(self.ids[method], description=tid.replace("|", " "))
+
+    def done(self, method: str) -> None:
+        if self.bars:
+            self.bars.update(self.ids[method], advance=1, description="")
 
 
 def _log_result(log, method, tid, ev):
@@ -201,7 +248,8 @@ def _log_result(log, method, tid, ev):
         msg += f"  {ev['costs']}"
     elif ev.get("reason"):
         msg += f"  ({ev['reason'][:140]})"
-    print(f"[{method:16s}] {w:14s} {s:32s} {msg}", file=log, flush=True)
+    log.line(f"[{method:16s}] {w:14s} {s:32s} {msg}")
+    log.done(method)
 
 
 def machine_info(threads: int) -> dict:
@@ -234,7 +282,6 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    log = sys.stderr
     tasks = plan(args)
     env = thread_env(args.threads)
     if not args.quick:
@@ -255,18 +302,18 @@ def main(argv=None) -> int:
 
     meta["tensorlang_stages"] = stages()
 
+    order = [m for m in RUN_ORDER if m in args.methods]
+    log = Progress(order, len(tasks))
     # the NumPy references are the oracle of every row: check them against finite differences first
     ref_checks = {}
     for w in W.select(args.only):
         err = W.finite_difference_check(w)
         ref_checks[w.name] = {"fd_max_rel_err": err, "ok": err < 1e-5}
         if err >= 1e-5:
-            print(f"WARNING: NumPy reference gradient of {w.name} disagrees with finite differences ({err:.2e})",
-                  file=log)
+            log.line(f"WARNING: NumPy reference gradient of {w.name} disagrees with finite differences ({err:.2e})")
 
     rows, costs, versions = [], [], {}
-    order = [m for m in RUN_ORDER if m in args.methods]
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    with log, ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {m: pool.submit(run_method, m, tasks, args, env, log) for m in order}
         done = {m: f.result() for m, f in futures.items()}
     for method in order:
@@ -292,10 +339,10 @@ def main(argv=None) -> int:
         try:
             report.plots(doc, out)
         except ImportError as exc:
-            print(f"plots skipped: {exc}", file=log)
+            log.line(f"plots skipped: {exc}")
     n_bad = sum(r["status"] in ("FAILED", "ERROR", "CRASH") for r in rows + costs)
-    print(f"wrote {out}/results.json, results.md ({len(rows)} rows, {n_bad} failed/error/crash) "
-          f"in {meta['elapsed_s']:.0f} s", file=log)
+    log.line(f"wrote {out}/results.json, results.md ({len(rows)} rows, {n_bad} failed/error/crash) "
+             f"in {meta['elapsed_s']:.0f} s")
     return 1 if any(r["status"] == "FAILED" for r in rows) or not all(c["ok"] for c in ref_checks.values()) else 0
 
 

@@ -30,10 +30,9 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     con = Console(width=160)
-    def progress(r):  # one line per obligation on stderr, so a long run shows where it is
-        print(f"  {r.number:<13} {r.verdict:<22} {r.detail[:100]}", file=sys.stderr, flush=True)
-
-    results = runner.run(quick=args.quick, only=args.only, progress=progress)
+    # a progress bar and one line per obligation on stderr, so a long run shows where it is
+    with runner.ConsoleProgress(len(runner.selected(args.only))) as progress:
+        results = runner.run(quick=args.quick, only=args.only, progress=progress)
     rows = {r[0].split(",")[0]: r for r in runner.table_rows()}
     if args.json:
         print(json.dumps([r.__dict__ for r in results], indent=2))

@@ -13,6 +13,7 @@ import glob
 import importlib
 import os
 import re
+import sys
 import time
 
 from . import cost_rules, derivatives, normal_forms, theorems  # noqa: F401  (they register obligations)
@@ -49,12 +50,19 @@ def ordered():
     return sorted(OBLIGATIONS.values(), key=lambda ob: _key(ob.number))
 
 
-def run(quick: bool = False, only: list | None = None, progress=None) -> list:
+def selected(only: list | None = None) -> list:
+    """The obligations ``run(only=...)`` runs, in order."""
     load_rules()
+    return [ob for ob in ordered() if not only or ob.number in only]
+
+
+def run(quick: bool = False, only: list | None = None, progress=None) -> list:
+    """Run the obligations; ``progress(result)`` after each one, and ``progress.start(obligation)``
+    before it when the reporter has that method (``ConsoleProgress`` does)."""
     out = []
-    for ob in ordered():
-        if only and ob.number not in only:
-            continue
+    for ob in selected(only):
+        if hasattr(progress, "start"):
+            progress.start(ob)
         t0 = time.time()
         r = ob.run(quick)
         r.detail = (r.detail + f" [{time.time() - t0:.1f}s]").strip()
@@ -62,6 +70,45 @@ def run(quick: bool = False, only: list | None = None, progress=None) -> list:
         if progress:
             progress(r)
     return out
+
+
+class ConsoleProgress:
+    """Progress of a ``python -m proofs`` run: a rich bar (obligations done, the one running, elapsed
+    time) with one line per finished obligation above it on a terminal; plain lines otherwise."""
+
+    def __init__(self, total: int, stream=None):
+        from rich.console import Console
+
+        self.stream = stream or sys.stderr
+        console = Console(file=self.stream)
+        self.bar = None
+        if console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("[bold]proofs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TextColumn("{task.description}"), console=console)
+            self.task = self.bar.add_task("", total=total)
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.stop()
+
+    def start(self, ob) -> None:
+        if self.bar:
+            self.bar.update(self.task, description=f"{ob.number}: {getattr(ob, 'title', '')}"[:70])
+
+    def __call__(self, r) -> None:
+        line = f"  {r.number:<13} {r.verdict:<22} {r.detail[:100]}"
+        if self.bar:
+            self.bar.console.print(line, markup=False, highlight=False)
+            self.bar.update(self.task, advance=1)
+        else:
+            print(line, file=self.stream, flush=True)
 
 
 def implementing_function(number: str, ob) -> str:

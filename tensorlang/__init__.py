@@ -60,6 +60,9 @@ _LAZY = {
     "vjp": "tensorlang.autodiff",
     "jvp": "tensorlang.autodiff",
     "compile": "tensorlang.backend.api",
+    "jax_function": "tensorlang.interop",
+    "torch_function": "tensorlang.interop",
+    "scipy_objective": "tensorlang.interop",
 }
 
 
