@@ -115,3 +115,22 @@ def test_one_kernel_called_from_eight_threads():
         return True
 
     assert all(_run_threads(work))
+
+
+def test_derived_function_definitions_are_shared_across_threads():
+    """Powers (and their derivatives) are defined on first use: threads using a
+    new exponent at once must all succeed and agree."""
+    n = tl.size("n")
+    x = tl.tensor("x", n)
+    xv = np.array([0.5, 1.5, 2.0])
+
+    def work(t):
+        out = []
+        for k in range(40):
+            p = 3.0 + k / 8.0 + 0.0001  # a fresh exponent for every k
+            e = tl.sum(n, lambda i: x[i] ** p)
+            out.append(tl.grad(e, wrt=x)(x=xv))
+            np.testing.assert_allclose(out[-1], p * xv ** (p - 1), rtol=1e-12)
+        return out
+
+    _run_threads(work, switch=1e-6)
