@@ -220,3 +220,29 @@ def test_two_processes_compiling_at_once(tmp_path):
     res = json.loads(third.stdout.strip().splitlines()[-1])
     assert res["out"] == want and res["hit"] is True
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp_")]
+
+
+def test_a_failing_write_moves_to_a_private_directory(tmp_path, monkeypatch):
+    """A directory that passes the checks but fails a write (full disk,
+    read-only remount) is given up with one warning; kernels stay correct."""
+    import errno
+
+    monkeypatch.setenv("TENSORLANG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache, "_FALLBACK", {"dir": None, "warned": set(), "broken": set()})
+    cache.clear_memory()
+    real = cache._atomic_write
+
+    def full_disk(path, text):
+        if os.path.dirname(path) == str(tmp_path):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real(path, text)
+
+    monkeypatch.setattr(cache, "_atomic_write", full_disk)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for c in (2.0, 3.0):
+            k = tl.compile(tl.gen(n, lambda i: c * x[i] - y[i]), threads=1)
+            np.testing.assert_array_equal(k(x=XV, y=YV), c * XV - YV)
+    assert len([w for w in caught if "kernel cache directory" in str(w.message)]) == 1
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".json")]
+    cache.clear_memory()

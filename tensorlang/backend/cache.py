@@ -61,7 +61,7 @@ _VERSIONS = None
 _LOCK = threading.RLock()
 _TABLE: "OrderedDict[str, tuple]" = OrderedDict()
 _OWNED: set = set()  # names this module put in sys.modules
-_FALLBACK = {"dir": None, "warned": set()}
+_FALLBACK = {"dir": None, "warned": set(), "broken": set()}
 
 
 def code_hash() -> str:
@@ -154,12 +154,13 @@ def _write_dir() -> str:
     """Where entries are read and written: the configured directory, or (once it
     proves unusable) a private temporary directory for this process."""
     d = _configured_dir()
-    if _usable(d):
+    if d not in _FALLBACK["broken"] and _usable(d):
         return d
     with _LOCK:
         if d not in _FALLBACK["warned"]:
             _FALLBACK["warned"].add(d)
-            warnings.warn(f"tensorlang: the kernel cache directory {d!r} is not a writable directory; "
+            warnings.warn(f"tensorlang: the kernel cache directory {d!r} is not usable (not a writable directory, "
+                          "or a write into it failed); "
                           "kernels are compiled for this process only (set TENSORLANG_CACHE_DIR)",
                           RuntimeWarning, stacklevel=4)
         if _FALLBACK["dir"] is None:
@@ -285,9 +286,22 @@ def load(key: str, program=None, mode: str | None = None):
     return got
 
 
-def store(key: str, src: str, spec: dict, program=None):
-    """Write the entry atomically and return its imported module."""
+def store(key: str, src: str, spec: dict):
+    """Write the entry atomically and return its imported module.  A directory
+    that fails a write (full, read-only, removed) is given up for the process:
+    the entry is written to the fallback directory instead, with one warning."""
     d = _write_dir()
+    try:
+        return _store_in(d, key, src, spec)
+    except OSError:
+        if d == _FALLBACK["dir"]:
+            raise
+        with _LOCK:
+            _FALLBACK["broken"].add(d)
+        return _store_in(_write_dir(), key, src, spec)
+
+
+def _store_in(d: str, key: str, src: str, spec: dict):
     src_path, meta_path = paths(key, d)
     meta = {"format": FORMAT, "key": key, "versions": versions(), "spec": spec,
             "sha256": hashlib.sha256(src.encode()).hexdigest(), "checksum": _checksum(key, src, spec),
@@ -297,8 +311,7 @@ def store(key: str, src: str, spec: dict, program=None):
             _discard(key, d)
     if not _same_text(src_path, src):  # rewriting identical text would only unsettle Numba's stamps
         _atomic_write(src_path, src)
-    mod = _import(key, src_path)
-    _check_module(mod, spec)
+    mod = _import(key, src_path)  # (just generated: its arity is checked when it is next loaded)
     _atomic_write(meta_path, json.dumps(meta))
     _remember(key, (mod, spec, src))
     return mod
