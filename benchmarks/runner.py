@@ -61,6 +61,7 @@ def parse_args(argv):
                    help="tensorlang kernel cache: fresh (in --out, emptied first: compile times are real; "
                         "default for full runs) or shared (the user's cache; default for --quick)")
     a = p.parse_args(argv)
+    _check_args(a)
     a.methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in a.methods if m not in METHODS + (COST,)]
     if bad:
@@ -71,6 +72,28 @@ def parse_args(argv):
     a.jobs = max(1, a.jobs or (2 if a.quick else 1))
     a.kernel_cache = a.kernel_cache or ("shared" if a.quick else "fresh")
     return a
+
+
+def _usage_error(msg: str):
+    """A bad argument: one line on stderr, exit status 2 (as for any usage error)."""
+    print(f"error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _check_args(a) -> None:
+    import math
+
+    for v in a.sizes or ():
+        if v < 1:
+            _usage_error(f"--sizes {v}: every size must be an int >= 1")
+    for name in ("timeout", "budget", "mem_limit_gb", "tol"):
+        v = getattr(a, name)
+        if v is not None and (not math.isfinite(v) or v < 0 or (v == 0 and name != "budget")):
+            _usage_error(f"--{name.replace('_', '-')} {v}: must be a positive number")
+    for name in ("repeats", "threads", "jobs"):
+        v = getattr(a, name)
+        if v is not None and v < 1:
+            _usage_error(f"--{name} {v}: must be an int >= 1")
 
 
 def plan(args) -> list:

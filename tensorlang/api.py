@@ -7,6 +7,7 @@ where it is written, with a message naming the sub-expression.
 from __future__ import annotations
 
 import inspect
+import math
 import numbers
 from typing import Callable, Sequence
 
@@ -49,37 +50,63 @@ from .typecheck import type_of
 # -- sizes and inputs ---------------------------------------------------------
 
 
+def _name(name, what: str) -> str:
+    """Names become keyword arguments of calls (``f(x=...)``): identifiers only."""
+    if not isinstance(name, str):
+        raise TensorLangError(f"the name of a {what} must be a string, got {type(name).__name__} {name!r}")
+    if not name.isidentifier():
+        raise TensorLangError(f"the name of a {what} is not an identifier: got {name!r} (names become keyword arguments, so they must be Python identifiers)")
+    return name
+
+
 def size(name: str) -> Aff:
     """A symbolic size ``n`` (an affine expression of one size variable)."""
-    if not name.isidentifier():
-        raise TensorLangError(f"size name {name!r} is not an identifier")
-    return sym_aff(SizeVar(name))
+    return sym_aff(SizeVar(_name(name, "size")))
 
 
 def sizes(names: str) -> tuple:
+    if not isinstance(names, str):
+        raise TensorLangError(f"tl.sizes takes a string of names like \"n m\", got {type(names).__name__} {names!r}")
     return tuple(size(n) for n in names.replace(",", " ").split())
 
 
-def _extent(n) -> Aff:
-    a = as_aff(n)
+def _extent(n, where: str = "extent", declared: bool = False) -> Aff:
+    """An extent: affine in the sizes.  ``declared`` (an input's or relation's
+    type): a constant extent must also be >= 0, since no array has that shape."""
+    if isinstance(n, float) and not math.isfinite(n):
+        raise TensorLangError(f"{where}: an extent must be an int or a size expression, got {n!r}")
+    try:
+        a = as_aff(n)
+    except TensorLangError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
     if a.index_vars():
-        raise TensorLangError(f"extent {a} mentions index variables; extents depend on sizes only")
+        raise TensorLangError(f"{where}: extent {a} mentions index variables; extents depend on sizes only")
+    if declared and a.is_const and a.const < 0:
+        raise TensorLangError(f"{where}: extent {a.const} is negative; an extent is a size >= 0")
     return a
+
+
+def _declared_extents(kind: str, name: str, extents) -> list:
+    return [_extent(n, f"{kind} {name!r}, extent {k}", declared=True) for k, n in enumerate(extents)]
 
 
 def tensor(name: str, *extents) -> Var:
     """An input of type ``[n0]...[nk]R`` (``tl.tensor("x", n + m - 1)``)."""
+    _name(name, "tensor")
     if not extents:
         raise TensorLangError(f"tensor {name!r} needs at least one extent; use tl.scalar for scalars")
-    return Var(name, 0, tensor_type([_extent(n) for n in extents]))
+    return Var(name, 0, tensor_type(_declared_extents("tensor", name, extents)))
 
 
 def scalar(name: str) -> Var:
-    return Var(name, 0, REAL)
+    return Var(_name(name, "scalar"), 0, REAL)
 
 
 def var(name: str, t: Type) -> Var:
     """An input of any type, e.g. a struct-of-arrays pair ``([n]R × [n]R)``."""
+    _name(name, "variable")
+    if not isinstance(t, Type):
+        raise TensorLangError(f"variable {name!r}: expected a type (tl.Real, tl.tensor_of, tl.pair_type), got {t!r}")
     return Var(name, 0, t)
 
 
@@ -87,11 +114,17 @@ Real = REAL
 
 
 def pair_type(a: Type, b: Type) -> Type:
+    for t in (a, b):
+        if not isinstance(t, Type):
+            raise TensorLangError(f"tl.pair_type takes two types, got {t!r}")
     return PairT(a, b)
 
 
 def tensor_of(extents, elem: Type = REAL) -> Type:
-    return tensor_type([_extent(n) for n in extents], elem)
+    if not isinstance(elem, Type):
+        raise TensorLangError(f"tl.tensor_of: the element type must be a type, got {elem!r}")
+    ext = extents if isinstance(extents, (list, tuple)) else [extents]
+    return tensor_type(_declared_extents("tensor type", "tensor_of", ext), elem)
 
 
 def const(v) -> Expr:
@@ -101,10 +134,25 @@ def const(v) -> Expr:
 # -- binders ------------------------------------------------------------------
 
 
-def _names(fn: Callable, k: int, default: str) -> list:
+def _names(fn: Callable, k: int, default: str, where: str = "binder") -> list:
+    """Parameter names of ``fn`` (for printing); ``fn`` must accept ``k`` positional arguments."""
+    if not callable(fn):
+        raise TensorLangError(f"{where} needs a function of {k} argument(s) (e.g. lambda i: ...), got {fn!r}")
     try:
-        params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins without a signature: cannot check, call it
+        sig = None
+    if sig is not None:
+        try:
+            sig.bind(*range(k))
+        except TypeError:
+            raise TensorLangError(
+                f"{where} over {k} extent(s) needs a function of {k} argument(s), got {getattr(fn, '__name__', fn)}{sig}"
+            ) from None
+        params = [p for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [p.name for p in params]
+    else:
         params = []
     if len(params) < k:
         params += [f"{default}{j}" for j in range(len(params), k)]
@@ -113,8 +161,11 @@ def _names(fn: Callable, k: int, default: str) -> list:
 
 def _binder(kind, extents, fn):
     ext = list(extents) if isinstance(extents, (list, tuple)) else [extents]
-    ext = [_extent(n) for n in ext]
-    names = _names(fn, len(ext), "i")
+    where = f"tl.{kind.__name__.lower()}"
+    if not ext:
+        raise TensorLangError(f"{where} needs at least one extent")
+    ext = [_extent(n, f"{where} extent") for n in ext]
+    names = _names(fn, len(ext), "i", where)
     ivs = [IndexVar(nm, fresh_uid()) for nm in names]
     body = fn(*[sym_aff(v) for v in ivs])
     body = _lift(body)
@@ -136,8 +187,10 @@ def sum(extents, fn: Callable) -> Expr:  # noqa: A001 - the paper's name
 
 def exists(extents, fn: Callable) -> Pred:
     ext = list(extents) if isinstance(extents, (list, tuple)) else [extents]
-    ext = [_extent(n) for n in ext]
-    names = _names(fn, len(ext), "k")
+    if not ext:
+        raise TensorLangError("tl.exists needs at least one extent")
+    ext = [_extent(n, "tl.exists extent") for n in ext]
+    names = _names(fn, len(ext), "k", "tl.exists")
     ivs = [IndexVar(nm, fresh_uid()) for nm in names]
     body = as_pred(fn(*[sym_aff(v) for v in ivs]))
     for iv, n in reversed(list(zip(ivs, ext))):
@@ -152,15 +205,16 @@ def iverson(pred, e) -> Expr:
 
 def relation(name: str, *extents) -> Relation:
     """A data predicate ``R`` over ``[n0] x ... x [nk]``; ``R(i, j)`` is a predicate."""
+    _name(name, "relation")
     if not extents:
         raise TensorLangError(f"relation {name!r} needs at least one extent")
-    return Relation(name, tuple(_extent(n) for n in extents))
+    return Relation(name, tuple(_declared_extents("relation", name, extents)))
 
 
 def let(e0, fn: Callable) -> Expr:
     """``let x = e0 in fn(x)``."""
     e0 = _lift(e0)
-    (name,) = _names(fn, 1, "x")
+    (name,) = _names(fn, 1, "x", "tl.let")
     v = Var(name, fresh_uid(), type_of(e0))
     body = _lift(fn(v))
     out = Let(v, e0, body)
@@ -240,8 +294,7 @@ def register_function(
     expression per argument (build them with this API).  Returns a
     constructor ``f(*args) -> Expr``.
     """
-    if not name.isidentifier():
-        raise TensorLangError(f"function name {name!r} is not an identifier")
+    _name(name, "function")
 
     def checked_partials(*args):
         ps = tuple(_lift(p) for p in partials(*args))
@@ -272,8 +325,10 @@ def _lift(x) -> Expr:
     if isinstance(x, (bool, np.bool_)):
         raise TensorLangError(f"a boolean {x!r} is not a value; use tl.iverson(pred, 1)")
     if isinstance(x, numbers.Real):
-        v = float(x) if not isinstance(x, int) else x
-        if isinstance(v, float) and not np.isfinite(v):
+        if isinstance(x, numbers.Integral):
+            return Const(int(x))  # Const refuses an integer no float64 can hold
+        v = float(x)
+        if not math.isfinite(v):
             raise TensorLangError(f"constant {v!r} is not finite")
         return Const(v)
     if isinstance(x, (Aff, IndexVar, SizeVar)):
@@ -301,13 +356,36 @@ def _pow(x: Expr, k) -> Expr:
     if isinstance(k, Expr):
         raise TensorLangError(f"only constant exponents are supported, got {describe(k)}; use tl.exp(k * tl.log(x))")
     if not isinstance(k, numbers.Real) or isinstance(k, bool):
-        raise TensorLangError(f"exponent must be a number, got {k!r}")
-    k = float(k)
+        raise TensorLangError(f"exponent of {describe(x)} must be a number, got {k!r}")
+    try:
+        k = float(k)
+    except OverflowError:
+        raise TensorLangError(f"exponent of {describe(x)} does not fit a float64") from None
+    if not math.isfinite(k):
+        raise TensorLangError(f"exponent of {describe(x)} must be finite, got {k!r}")
     if k == 1:
         return _checked(x)
     if k == 2:
         return _checked(Mul(x, x))
     return _call(F.power_def(k).name, x)
+
+
+def _rpow(e: Expr, b) -> Expr:
+    """``b ** e`` for a constant base: ``exp(log(b) · e)`` for ``b > 0`` (the
+    same real function, built from exp so every stage, derivative and
+    kernel already handles it); other bases have no real meaning for all e."""
+    if not isinstance(b, numbers.Real) or isinstance(b, (bool, np.bool_)):
+        raise TensorLangError(f"cannot raise {type(b).__name__} {b!r} to the power {describe(e)}")
+    try:
+        fb = float(b)
+    except OverflowError:
+        raise TensorLangError(f"the base of {describe(e)} as an exponent does not fit a float64") from None
+    if not (math.isfinite(fb) and fb > 0):
+        raise TensorLangError(
+            f"{b!r} ** {describe(e)}: a constant base must be positive and finite "
+            "(b ** e is exp(log(b) * e), which is real only for b > 0)"
+        )
+    return _call("exp", _checked(Mul(Const(math.log(fb)), e)))
 
 
 def _getitem(e: Expr, key) -> Expr:
@@ -326,6 +404,34 @@ def _getitem(e: Expr, key) -> Expr:
     return out
 
 
+_UFUNC_OPS = {
+    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+    "true_divide": lambda a, b: a / b, "power": lambda a, b: a ** b,
+}
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    """NumPy must not broadcast over an expression (``arr + x[0]`` would build
+    an object array of terms, ``np.sin(x[0])`` fail inside NumPy).  A NumPy
+    scalar operand is a constant (``np.float64(2) * x[0]``); anything else is
+    refused, naming the tensorlang function to use."""
+    op = _UFUNC_OPS.get(ufunc.__name__)
+    scalars_ok = all(isinstance(v, Expr) or (np.ndim(v) == 0 and not isinstance(v, np.ndarray)) for v in inputs)
+    if op is not None and method == "__call__" and not kwargs and len(inputs) == 2 and scalars_ok:
+        a, b = inputs
+        return op(a if isinstance(a, Expr) else _lift(a), b)
+    arrays = [type(v).__name__ for v in inputs if isinstance(v, np.ndarray)]
+    hint = f"tl.{ufunc.__name__}" if hasattr(F, "lookup") and ufunc.__name__ in _TL_FUNCTIONS else "a tensorlang expression"
+    raise TensorLangError(
+        f"NumPy's {ufunc.__name__} cannot take the tensorlang expression {describe(self)}"
+        + (f" together with an {arrays[0]}" if arrays else "")
+        + f": build the program with {hint} (write arrays as inputs, tl.tensor)"
+    )
+
+
+_TL_FUNCTIONS = ("exp", "log", "sin", "cos", "tanh", "sqrt")
+
+
 def _install():
     Expr.__add__ = lambda a, b: _checked(Add(a, _lift(b)))
     Expr.__radd__ = lambda a, b: _checked(Add(_lift(b), a))
@@ -338,6 +444,8 @@ def _install():
     Expr.__neg__ = lambda a: _checked(_neg(a))
     Expr.__pos__ = lambda a: a
     Expr.__pow__ = _pow
+    Expr.__rpow__ = _rpow
+    Expr.__array_ufunc__ = _array_ufunc
     Expr.__getitem__ = _getitem
     Expr.__iter__ = None  # a tensor expression is not a Python iterable
 

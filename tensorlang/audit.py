@@ -30,6 +30,9 @@ from .typecheck import check_program, type_of
 
 THEOREM_FACTOR = 4
 DEFAULT_SIZE = 100
+# Costs are products of sizes (n*m*k...): 2**40 keeps a cubic one exact in isl's
+# 64-bit arithmetic paths and still far beyond any array that fits in memory.
+MAX_SIZE = 2**40
 
 
 from .decide import (  # noqa: F401  (re-exported: the audit's public decision API)
@@ -297,8 +300,10 @@ def load_program(path: str, entry: str = "loss") -> Expr:
     if callable(val) and not isinstance(val, Expr):
         try:
             val = val()
-        except TypeError as exc:
-            raise TensorLangError(f"{entry} in {path} must be an expression or a zero-argument function: {exc}") from None
+        except TensorLangError:
+            raise
+        except Exception as exc:  # the user's entry failed: a bad program, not a compiler bug
+            raise TensorLangError(f"calling {entry}() from {path} failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(val, Expr):
         raise TensorLangError(f"{entry} in {path} is a {type(val).__name__}, not a tensorlang expression")
     check_program(val)
@@ -323,6 +328,8 @@ def parse_sizes(text: str | None) -> dict:
             raise TensorLangError(f"bad size {part!r}: {v!r} is not an integer") from None
         if iv < 1:
             raise TensorLangError(f"size {k} must be >= 1, got {iv}")
+        if iv > MAX_SIZE:
+            raise TensorLangError(f"size {k}={v} is too large: sizes are 64-bit, at most {MAX_SIZE} (2**40)")
         out[k] = iv
     return out
 
@@ -356,7 +363,8 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     from .printer import pretty
     from .sharing import explicit_sharing
 
-    check_program(expr)
+    check_program(expr, "tensorlang audit")
+    check_bounds(expr)
     wrt_vars = resolve_wrt(expr, [w if isinstance(w, str) else w.name for w in (wrt or [])])
     known = sorted({s.name for s in size_vars(expr)})
     sizes = dict(sizes or {})
@@ -429,6 +437,16 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     if show_kernels:
         report.kernels = _kernels(prog, adj.expr)
     return report
+
+
+def check_bounds(expr: Expr) -> None:
+    """Refuse a program with an access not proven in range (``tensorlang.bounds``
+    raises a TensorLangError naming it); a no-op where that module is absent."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("tensorlang.bounds") is not None:
+        importlib.import_module("tensorlang.bounds").check_program(expr)
 
 
 def _row(label: str, thunk, sizes) -> StageRow:

@@ -30,9 +30,11 @@ def main():
 @click.option("--wrt", default=None, help="Inputs to differentiate, comma-separated (default: every tensor input).")
 @click.option("--sizes", "sizes_text", default=None,
               help=f"Sizes to report costs at, e.g. n=1000,m=16 (default: {100} for each).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
+              help="text (rich tables), json, or markdown (tables to paste into a PR).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (same as --format json).")
 @click.option("--show-kernels", is_flag=True, help="Print the generated loop nests (needs the backend).")
-def audit(path, entry, wrt, sizes_text, as_json, show_kernels):
+def audit(path, entry, wrt, sizes_text, fmt, as_json, show_kernels):
     """Cost every stage of PATH's program and its derivatives; check the paper's bounds."""
     from . import audit as A
 
@@ -42,13 +44,67 @@ def audit(path, entry, wrt, sizes_text, as_json, show_kernels):
         wrt_names = [w.strip() for w in wrt.split(",") if w.strip()] if wrt else None
         report = A.audit(expr, wrt=wrt_names, sizes=sizes, entry=entry, show_kernels=show_kernels)
     except TensorLangError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_one_line(exc)}", err=True)
         sys.exit(2)
-    if as_json:
+    except RecursionError:
+        click.echo("error: the program is too deeply nested for this audit", err=True)
+        sys.exit(2)
+    if as_json or fmt == "json":
         click.echo(json.dumps(report.to_json(), indent=2, default=str))
+    elif fmt == "markdown":
+        click.echo(markdown_report(report, path))
     else:
         print_report(report, path)
     sys.exit(report.exit_code)
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split())
+
+
+def _md(text) -> str:
+    """A markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+_HOW = {"symbolic": "symbolically, all sizes >= 1", "grid": "on a grid of sizes only", "counterexample": "counterexample"}
+
+
+def markdown_report(report, path: str = "") -> str:
+    """The audit as GitHub-flavoured markdown: the program, the cost of every
+    stage and the verdicts as tables (``tensorlang audit --format markdown``)."""
+    sizes = ", ".join(f"{k}={v}" for k, v in report.sizes.items()) or "(no sizes)"
+    out = [f"### tensorlang audit: `{path}` :: `{report.entry}`", "",
+           f"wrt {', '.join(f'`{w}`' for w in report.wrt) or '(none)'}; costs at {sizes}", "",
+           "```", report.program, "```", "",
+           "| stage | cost | ratio | symbolic cost (sizes >= 1) | IO cost |",
+           "|---|---:|---:|---|---:|"]
+    for r in report.rows:
+        if not r.available:
+            out.append(f"| {_md(r.name)} | not available |  | {_md(r.reason or '')} |  |")
+            continue
+        sym = "n/a" if r.symbolic is None else f"`{_md(r.symbolic)}`"
+        if r.reason:
+            sym += f" ({_md(r.reason)})"
+        io = r.io_cost_at(report.sizes) if r.cost is not None else None
+        out.append(f"| {_md(r.name)} | {'n/a' if r.cost is None else r.cost} | {_fmt_ratio(r.ratio)} | {sym} | "
+                   f"{'' if io is None else io} |")
+    out += ["", "| claim | verdict | how decided | detail |", "|---|---|---|---|"]
+    mark = {"holds": "✅ holds", "FAILS": "❌ **FAILS**", "not available": "⚠️ not available"}
+    for v in report.verdicts:
+        out.append(f"| {_md(v.name)}: {_md(v.claim)} | {mark[v.status]} | {_md(_HOW.get(v.method, v.method))} | "
+                   f"{_md(v.detail)} |")
+    out += ["", "Asymptotic class (leading monomials): " +
+            "; ".join(f"{k}: `{val}`" for k, val in report.asymptotic.items()), ""]
+    if report.failed:
+        out.append("**A cost guarantee FAILS** (a compiler bug): " + ", ".join(x.name for x in report.failed))
+    elif report.unchecked:
+        out.append("Not checked (a stage is not available): " + ", ".join(x.name for x in report.unchecked))
+    else:
+        out.append("All verdicts hold.")
+    for name, src in report.kernels.items():
+        out += ["", f"<details><summary>kernel: {name}</summary>", "", "```python", src.rstrip(), "```", "", "</details>"]
+    return "\n".join(out) + "\n"
 
 
 def _fmt_ratio(r) -> str:

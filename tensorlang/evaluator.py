@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numbers
+
 import numpy as np
 import sympy
 
@@ -393,7 +395,10 @@ def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None):
             arrays[(v, path)] = arr
     for r in rels:
         data = kwargs[r.name]
-        data = np.asarray(data)
+        try:
+            data = np.asarray(data)
+        except Exception as exc:
+            raise InputError(f"relation {r.name}: data is not an array: {exc}") from None
         if data.dtype == bool:
             if data.ndim != len(r.extents):
                 raise InputError(f"relation {r.name} must be a boolean array with {len(r.extents)} dimension(s)")
@@ -429,7 +434,13 @@ def _is_object(val) -> bool:
 
 def _as_array(val, what, dom: Domain):
     if dom.exact:
-        arr = np.asarray(val, dtype=object)
+        try:
+            arr = np.asarray(val, dtype=object)
+        except Exception as exc:
+            raise InputError(f"input {what} is not an array: {exc}") from None
+        bad = next((v for v in arr.flat if isinstance(v, bool) or not isinstance(v, (numbers.Real, sympy.Expr))), None)
+        if bad is not None:  # exact evaluation takes numbers and sympy terms, nothing else
+            raise InputError(f"input {what} holds {type(bad).__name__} {bad!r}; expected real numbers or sympy expressions")
         return arr
     try:
         arr = np.asarray(val)

@@ -129,7 +129,8 @@ def power_def(k: float) -> FunctionDef:
         return np.power(x, float(kk))
 
     dom = "all reals" if isinstance(kk, int) and kk >= 0 else ("x != 0" if isinstance(kk, int) else "x > 0")
-    return register(FunctionDef(name, 1, np_pow, lambda x, ks=ks: x**ks, partials, domain=dom))
+    # setdefault: threads deriving the same power at once share one definition (atomic in CPython)
+    return _REGISTRY.setdefault(name, FunctionDef(name, 1, np_pow, lambda x, ks=ks: x**ks, partials, domain=dom))
 
 
 
@@ -255,4 +256,4 @@ def derivative_def(name: str) -> FunctionDef:
         wrt_t = tuple(subst(p, vals=mapping) for p in base.partials(*args))
         return wrt_x + wrt_t
 
-    return register(FunctionDef(dname, 2 * k, run(False), run(True), partials, domain=base.domain))
+    return _REGISTRY.setdefault(dname, FunctionDef(dname, 2 * k, run(False), run(True), partials, domain=base.domain))

@@ -21,6 +21,9 @@ so traversals need no visitor classes.
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
+import threading
 import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
@@ -40,7 +43,12 @@ def _key(x):
 
 
 class Interned(type):
-    """Metaclass: ``Cls(*fields)`` returns the unique node with those fields."""
+    """Metaclass: ``Cls(*fields)`` returns the unique node with those fields.
+
+    The table's check-then-insert runs under one lock, so threads that build
+    the same term at once get one object (identity is equality: two copies
+    of ``x`` would make a program mixing them refer to two inputs ``x``).
+    """
 
     def __call__(cls, *args, **kwargs):
         names = cls._field_names
@@ -51,14 +59,18 @@ class Interned(type):
         args = cls._normalize(*args)
         key = (cls, _key(args))
         table = cls._table
-        node = table.get(key)
-        if node is None:
-            node = super().__call__(*args)
-            table[key] = node
+        with _TABLE_LOCK:
+            node = table.get(key)
+            if node is None:
+                node = super().__call__(*args)
+                table[key] = node
         return node
 
 
 _TABLE: "weakref.WeakValueDictionary[Any, Node]" = weakref.WeakValueDictionary()
+# Not reentrant on purpose: construction under the lock builds no other node
+# (``_normalize`` runs before it is taken).
+_TABLE_LOCK = threading.Lock()
 
 
 class Node(metaclass=Interned):
@@ -117,8 +129,11 @@ def node(cls):
 def meta(n: Node) -> dict:
     m = n._meta
     if m is None:
-        m = {}
-        object.__setattr__(n, "_meta", m)
+        with _TABLE_LOCK:  # two threads must not each install their own dict
+            m = n._meta
+            if m is None:
+                m = {}
+                object.__setattr__(n, "_meta", m)
     return m
 
 
@@ -199,6 +214,7 @@ class Aff(Node):
         for s, c in terms:
             if not isinstance(c, int) or isinstance(c, bool):
                 raise IndexError_(f"affine coefficient must be an integer, got {c!r}")
+            _check_index_int(c, "coefficient")
             if s not in acc:
                 acc[s] = 0
                 order.append(s)
@@ -206,6 +222,9 @@ class Aff(Node):
         items = tuple(sorted(((s, acc[s]) for s in order if acc[s] != 0), key=lambda t: _sym_key(t[0])))
         if not isinstance(const, int) or isinstance(const, bool):
             raise IndexError_(f"affine constant must be an integer, got {const!r}")
+        _check_index_int(const, "constant")
+        for _, c in items:
+            _check_index_int(c, "coefficient")
         return (items, const)
 
     # -- construction ------------------------------------------------------
@@ -239,6 +258,44 @@ class Aff(Node):
         return Aff(tuple((s, c * other) for s, c in self.terms), self.const * other)
 
     __rmul__ = __mul__
+
+    # Division, remainder and powers are not affine (rules 4.13-4.17 allow only
+    # + and integer scaling): refuse them here with the reason, rather than let
+    # Python report a missing operator.
+    def _not_affine(self, other, op, reflected=False):
+        lhs, rhs = (other, self) if reflected else (self, other)
+        raise IndexError_(
+            f"non-affine index: ({lhs}) {op} ({rhs}); indices are affine (+, -, and scaling by an integer), "
+            f"so {op} is not allowed in an index. For a strided read write the stride into the "
+            "extent instead, e.g. tl.gen(n, lambda i: x[2 * i]) over x of extent 2 * n"
+        )
+
+    def __floordiv__(self, other):
+        self._not_affine(other, "//")
+
+    def __rfloordiv__(self, other):
+        self._not_affine(other, "//", True)
+
+    def __truediv__(self, other):
+        self._not_affine(other, "/")
+
+    def __rtruediv__(self, other):
+        self._not_affine(other, "/", True)
+
+    def __mod__(self, other):
+        self._not_affine(other, "%")
+
+    def __rmod__(self, other):
+        self._not_affine(other, "%", True)
+
+    def __pow__(self, other):
+        self._not_affine(other, "**")
+
+    def __rpow__(self, other):
+        self._not_affine(other, "**", True)
+
+    def __divmod__(self, other):
+        self._not_affine(other, "divmod")
 
     # -- predicates (rule 4.18); sugar > >= != --------------------------------
     def __lt__(self, other):
@@ -314,6 +371,14 @@ class Aff(Node):
         return pretty_aff(self)
 
     __str__ = __repr__
+
+
+INDEX_LIMIT = 2**62  # kernels index in int64: larger coefficients could overflow
+
+
+def _check_index_int(c: int, what: str) -> None:
+    if abs(c) > INDEX_LIMIT:
+        raise IndexError_(f"affine {what} {c} is too large: indices are 64-bit integers (|c| <= 2**62)")
 
 
 def as_aff(x) -> Aff:
@@ -590,11 +655,33 @@ class Const(Expr):
     def _normalize(cls, value):
         if isinstance(value, bool):
             raise TensorLangError("booleans are not numbers; use a predicate")
+        if not isinstance(value, numbers.Real):
+            raise TensorLangError(f"a constant must be a real number, got {type(value).__name__} {value!r}")
+        if isinstance(value, numbers.Integral):
+            value = int(value)
+            if abs(value) >= 2**53:
+                # values are float64 (Section 4.3): a larger integer is rounded
+                # to the nearest double, or refused if no double is that large
+                try:
+                    value = float(value)
+                except OverflowError:
+                    raise TensorLangError(
+                        f"the constant {_short_int(value)} does not fit a float64 (|c| < 1.8e308)"
+                    ) from None
+        elif not isinstance(value, float):
+            value = float(value)
         if isinstance(value, float) and value == 0.0:
             value = 0.0  # fold -0.0
         if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
             value = int(value)
         return (value,)
+
+
+def _short_int(v: int) -> str:
+    """``v`` for a message, without printing (or converting) thousands of digits."""
+    if abs(v) < 10**30:
+        return str(v)
+    return f"{'-' if v < 0 else ''}10**{round((abs(v).bit_length() - 1) * math.log10(2))} (about)"
 
 
 @node

@@ -101,8 +101,34 @@ def _infer(e: Expr) -> Type:
             raise TypeCheckError(f"not a value expression: {e!r}")
 
 
-def check_program(e: Expr) -> Type:
-    """Type-check a whole program: well-typed and closed over index variables."""
+def require_program(obj, where: str = "") -> Expr:
+    """``obj`` if it is a tensorlang expression, else a TypeCheckError saying
+    what ``where`` (e.g. "tl.grad") expected.  Every entry point that takes a
+    program calls this first (through :func:`check_program`), so a string or a
+    float never reaches a pass as an AttributeError."""
+    if isinstance(obj, Expr):
+        return obj
+    from .ir import Aff, Pred
+
+    hint = ""
+    if isinstance(obj, Pred):
+        hint = f"; a predicate is not a value, write tl.iverson({obj}, 1)"
+    elif isinstance(obj, Aff):
+        hint = "; an index is not a value, use it to index a tensor"
+    elif isinstance(obj, (int, float)):
+        hint = "; a constant program is tl.const(v)"
+    shown = repr(obj)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise TypeCheckError(
+        f"{where + ': ' if where else ''}expected a tensorlang program (an expression built with tl.tensor, tl.gen, "
+        f"tl.sum, ...), got {type(obj).__name__} {shown}{hint}"
+    )
+
+
+def check_program(e: Expr, where: str = "") -> Type:
+    """Type-check a whole program: a tensorlang expression, well-typed and
+    closed over index variables."""
+    require_program(e, where)
     t = type_of(e)
     fi = free_indices(e)
     if fi:

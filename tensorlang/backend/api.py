@@ -275,7 +275,7 @@ def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: 
         raise TensorLangError(f"tl.compile needs a tensorlang expression, got {type(expr).__name__}")
     check_program(expr)
     key = _cache.program_key(expr, mode)
-    got = _cache.load(key)
+    got = _cache.load(key, expr, mode)  # checks the entry against this program's signature
     if got is not None:
         mod, spec, src = got
         return Kernel(expr, mode, threads, key, mod, spec, src, True)
