@@ -465,6 +465,23 @@ def test_numba_scalar_implementations_match_numpy():
             assert (got == want) or (math.isnan(got) and math.isnan(want)), (name, args, got, want)
 
 
+def test_numba_scalar_implementations_are_branch_free():
+    """Issue #17: conditionals compile to branch-free code: Numba's optimized
+    LLVM IR of each scalar implementation has selects and no conditional branch."""
+    import re
+
+    numba = pytest.importorskip("numba")
+    for name in NAMES:
+        fd = lookup(name)
+        jit = numba.njit(fd.numba)
+        jit(*(1.0,) * fd.arity)
+        (ir,) = jit.inspect_llvm().values()
+        bodies = [b for head, b in re.findall(r"\ndefine ([^\n]*)\{(.*?)\n\}", ir, re.S)
+                  if fd.numba.__name__ in head and "cpython" not in head]
+        assert bodies, f"no LLVM function for {name}"
+        assert all("br i1" not in b for b in bodies), f"{name} compiles to a conditional branch:\n{bodies[0]}"
+
+
 def _arg_tuples(grid, arity):
     rng = np.random.default_rng(0)
     if arity == 1:
