@@ -59,7 +59,12 @@ def _c(name: str, *args: Expr) -> Expr:
     return Call(name, tuple(args))
 
 
-ONE, ZERO, HALF = Const(1), Const(0), Const(0.5)
+def _one():  # built on use: interned nodes are held weakly, and this module keeps none alive
+    return Const(1)
+
+
+def _zero():
+    return Const(0)
 
 
 # -- the selects: where(a > b, e1, e2) and where(a >= b, e1, e2) ------------------
@@ -77,7 +82,7 @@ def _select_partials(name):
     # ∂/∂a = ∂/∂b = 0 (the condition is piecewise constant); ∂/∂e1 is the
     # indicator of the condition, ∂/∂e2 its complement (a select, not
     # 1 - indicator, so NaN conditions send the derivative where the value went)
-    return lambda a, b, e1, e2: (ZERO, ZERO, _c(name, a, b, ONE, ZERO), _c(name, a, b, ZERO, ONE))
+    return lambda a, b, e1, e2: (_zero(), _zero(), _c(name, a, b, _one(), _zero()), _c(name, a, b, _zero(), _one()))
 
 
 register(FunctionDef(
@@ -98,7 +103,7 @@ register(FunctionDef(
 
 def _tie_half(a, b):
     """∂ max(a, b)/∂a: 1 where a > b, 0.5 where a == b (JAX), else 0."""
-    return _c("select_gt", a, b, ONE, _c("select_ge", a, b, HALF, ZERO))
+    return _c("select_gt", a, b, _one(), _c("select_ge", a, b, Const(0.5), _zero()))
 
 
 # -- maximum, minimum, abs, relu, softplus --------------------------------------------
@@ -141,12 +146,12 @@ register(FunctionDef(
 ))
 register(FunctionDef(
     "abs", 1, np.abs, sympy.Abs,
-    lambda a: (_c("select_ge", a, ZERO, ONE, Const(-1)),),  # abs'(0) = 1, as JAX
+    lambda a: (_c("select_ge", a, _zero(), _one(), Const(-1)),),  # abs'(0) = 1, as JAX
     numba=_abs_nb,
 ))
 register(FunctionDef(
     "relu", 1, lambda a: np.maximum(a, 0.0), lambda a: sympy.Max(a, 0),
-    lambda a: (_c("select_gt", a, ZERO, ONE, ZERO),),  # relu'(0) = 0, as JAX
+    lambda a: (_c("select_gt", a, _zero(), _one(), _zero()),),  # relu'(0) = 0, as JAX
     numba=_relu_nb,
 ))
 register(FunctionDef(
