@@ -340,6 +340,70 @@ def _nbody_grad(d):
     return {"p": -(w[:, :, None] * diff).sum(axis=1)}
 
 
+# -- 9. 1-D Burgers, Engquist-Osher upwind flux (tl.maximum / tl.minimum; issue #17) ----------
+#
+# u_t + (u^2/2)_x = 0 by explicit steps u_i <- u_i - C (F_i - F_(i-1)) at interior points, with the
+# upwind flux F_j = max(u_j, 0)^2/2 + min(u_(j+1), 0)^2/2 between points j and j+1 (its
+# derivatives max(u_j, 0) and min(u_(j+1), 0) are continuous, so finite differences check it).
+# BURGERS_STEPS steps are unrolled in Python (tl.loop will carry them symbolically).
+
+BURGERS_C = 0.25  # dt/dx; |u| <= 1 keeps the CFL number <= 1/4
+BURGERS_STEPS = 1  # unrolled; the audit of the naive adjoint grows steeply with more (see the report)
+
+
+@lru_cache(maxsize=None)
+def _burgers_program():
+    tl = _tl()
+    n = tl.size("n")
+    u0, z = tl.tensor("u", n), tl.tensor("z", n)
+
+    def step(u):
+        flux = tl.gen(n - 1, lambda j: 0.5 * tl.maximum(u[j], 0.0) ** 2 + 0.5 * tl.minimum(u[j + 1], 0.0) ** 2)
+        return tl.let(flux, lambda F: tl.gen(
+            n, lambda i: u[i] - BURGERS_C * tl.iverson((i >= 1) & (i <= n - 2), F[i] - F[i - 1])))
+
+    def run(u, k):
+        if k == 0:
+            return tl.sum(n, lambda i: (u[i] - z[i]) ** 2)
+        return tl.let(step(u), lambda v: run(v, k - 1))
+
+    return run(u0, BURGERS_STEPS), {"u": u0, "z": z}
+
+
+def _burgers_data(sizes, rng):
+    n = sizes["n"]
+    xs = np.linspace(0.0, 2.0 * np.pi, n)
+    return {"u": 0.8 * np.sin(xs) + rng.uniform(-0.2, 0.2, n), "z": rng.uniform(-0.5, 0.5, n)}
+
+
+def _burgers_states(u):
+    states = [u]
+    for _ in range(BURGERS_STEPS):
+        F = 0.5 * np.maximum(u[:-1], 0.0) ** 2 + 0.5 * np.minimum(u[1:], 0.0) ** 2
+        u = u.copy()
+        u[1:-1] -= BURGERS_C * (F[1:] - F[:-1])
+        states.append(u)
+    return states
+
+
+def _burgers_loss(d):
+    return float(((_burgers_states(d["u"])[-1] - d["z"]) ** 2).sum())
+
+
+def _burgers_grad(d):
+    states = _burgers_states(d["u"])
+    g = 2.0 * (states[-1] - d["z"])
+    for u in reversed(states[:-1]):
+        # u'_i = u_i - C (F_i - F_(i-1)) for 1 <= i <= n-2: dL/dF_j = C (g_(j+1) [j+1 interior] - g_j [j interior])
+        gi = g.copy()
+        gi[0] = gi[-1] = 0.0
+        gF = BURGERS_C * (gi[1:] - gi[:-1])
+        g = g.copy()
+        g[:-1] += gF * np.maximum(u[:-1], 0.0)  # dF_j/du_j
+        g[1:] += gF * np.minimum(u[1:], 0.0)  # dF_j/du_(j+1)
+    return {"u": g}
+
+
 # -- the table -------------------------------------------------------------------------------
 
 
@@ -402,6 +466,14 @@ WORKLOADS: tuple = (
         primary="n", sizes=(250, 500, 1000, 2000, 4000), fixed={},
         quick={"n": 24}, check={"n": 6}, wrt=("p",), program=_nbody_program, data=_nbody_data,
         loss_ref=_nbody_loss, grad_ref=_nbody_grad, work=lambda s: 10 * s["n"] ** 2,
+    ),
+    Workload(
+        name="burgers", number=9,
+        title=f"1-D Burgers, {BURGERS_STEPS} explicit steps, upwind flux with tl.maximum/tl.minimum (grad in u0)",
+        primary="n", sizes=(10_000, 100_000, 1_000_000), fixed={},
+        quick={"n": 32}, check={"n": 9}, wrt=("u",), program=_burgers_program, data=_burgers_data,
+        loss_ref=_burgers_loss, grad_ref=_burgers_grad, work=lambda s: 12 * BURGERS_STEPS * s["n"],
+        notes="issue #17: value conditionals in a time-stepping loss", tags=("conditionals",),
     ),
 )
 

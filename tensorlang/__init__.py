@@ -41,6 +41,7 @@ from .api import (
     tensor_of,
     var,
 )
+from .conditionals import Comparison, abs, ge, gt, le, lt, maximum, minimum, relu, softplus, where
 from .typecheck import type_of
 from .evaluator import evaluate
 from .printer import pretty
@@ -81,5 +82,7 @@ __all__ = [
     "Real", "const", "cos", "div", "exists", "exp", "gen", "iverson", "let", "log", "pair",
     "pair_type", "power", "proj", "register_function", "relation", "scalar", "sigmoid", "sin",
     "size", "sizes", "sqrt", "sum", "tanh", "tensor", "tensor_of", "var", "type_of", "evaluate",
-    "pretty", "explicit_sharing", *_LAZY,
+    "pretty", "explicit_sharing",
+    "Comparison", "abs", "ge", "gt", "le", "lt", "maximum", "minimum", "relu", "softplus", "where",
+    *_LAZY,
 ]

@@ -454,13 +454,18 @@ def _install():
 
     Expr.__bool__ = _nobool
 
-    def _nocmp(self, other):
-        raise TensorLangError(
-            f"cannot compare the value {describe(self)}: predicates compare affine indices only; "
-            "a data-dependent condition is a relation (tl.relation)"
-        )
+    def _value_cmp(op):
+        # a comparison of real scalars, the condition of tl.where (tensorlang.conditionals);
+        # index comparisons are Aff operators and never come here
+        def cmp(self, other):
+            from .conditionals import compare
 
-    Expr.__lt__ = Expr.__le__ = Expr.__gt__ = Expr.__ge__ = _nocmp
+            return compare(op, self, other)
+
+        return cmp
+
+    for op, dunder in (("<", "__lt__"), ("<=", "__le__"), (">", "__gt__"), (">=", "__ge__")):
+        setattr(Expr, dunder, _value_cmp(op))
 
 
 _install()

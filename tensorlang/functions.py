@@ -28,6 +28,7 @@ class FunctionDef:
     partials: Callable  # tuple[Expr] -> tuple[Expr]: d f / d arg_k at args
     # Where the function is defined; the evaluator reports domain errors.
     domain: str = "all reals"
+    numba: Callable | None = None
 
 
 _REGISTRY: dict[str, FunctionDef] = {}

@@ -124,8 +124,12 @@ def test_extents_must_not_mention_indices():
 
 
 def test_values_cannot_be_compared_or_used_as_booleans():
-    with raises(tl.TensorLangError, "x[0]", "indices"):
-        x[0] > 1
+    # scalar comparisons are tl.where conditions (issue #17): tensors do not compare,
+    # and no comparison has a Python truth value
+    with raises(tl.TensorLangError, "x", "real scalar"):
+        x > 1
+    with raises(tl.TensorLangError, "x[0]", "truth value"):
+        bool(x[0] > 1)
     with raises(tl.TensorLangError, "x[0]", "truth value"):
         bool(x[0])
     with raises(tl.TensorLangError, "predicate"):
