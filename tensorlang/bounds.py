@@ -78,7 +78,7 @@ class SizeConstraint:
     needs a look only at sizes with a zero (the convention of the cost model
     and the kernels; an input ``[m + n - 1]`` at ``m = 0`` is the case)."""
 
-    what: str
+    node: Access
     index: Aff
     extent: Aff
     binders: tuple
@@ -86,13 +86,21 @@ class SizeConstraint:
     positive: bool
 
     @property
+    def what(self) -> str:
+        """The access as printed (only on the error path: printing costs)."""
+        return describe(self.node)
+
+    @property
     def key(self) -> tuple:
         """Identity of the constraint (its parts are interned nodes; ``==`` on
         affine indices builds predicates, so compare by identity)."""
-        return (self.what, id(self.index), id(self.extent), tuple(id(x) for b in self.binders for x in b), id(self.guard))
+        return (id(self.node), id(self.index), id(self.extent), tuple(id(x) for b in self.binders for x in b), id(self.guard))
 
     def violated(self, sizes: dict) -> str | None:
         """A message if the access is out of range at ``sizes`` (name -> int)."""
+        if not self.index.index_vars() and all(s.name in sizes for s in self.index.size_vars() | self.extent.size_vars()):
+            if 0 <= self.index.evaluate(sizes) < self.extent.evaluate(sizes):
+                return None  # the common case, decided without isl
         names = {s.name for s in size_vars(self.index) | size_vars(self.extent) | size_vars(self.guard)}
         names |= {s.name for _, n in self.binders for s in n.size_vars()}
         missing = sorted(k for k in names if k not in sizes)
@@ -216,6 +224,14 @@ def _check_access(node: Access, arr: Expr, ix: Aff, binders: tuple, guards: tupl
     if not isinstance(t, TensorT):  # pragma: no cover - the type checker refuses it
         raise TensorLangError(f"{describe(node)} indexes a non-tensor")
     ext = t.extent
+    if not binders and not guards and ix.is_const and ix.const >= 0 and all(c > 0 for _, c in ext.terms):
+        if ext.is_const:
+            if ix.const < ext.const:
+                return None
+        else:
+            # x[2] at top level: in range for all large sizes, so a plain call-time
+            # constraint (a sum of thousands of such terms needs no isl at all)
+            return SizeConstraint(node, ix, ext, (), facts, False)
     if _box_proves(ix, ext, binders):
         return None
     guard = conj(facts, *(_affine(g) for g in guards))
@@ -230,7 +246,7 @@ def _check_access(node: Access, arr: Expr, ix: Aff, binders: tuple, guards: tupl
         raise BoundsError(f"cannot check the access {describe(node)} in bounds: {exc}") from None
     what = describe(node)
     if positive:  # in range whenever every size is >= 1: check sizes with a zero at call time
-        return SizeConstraint(what, ix, ext, binders, guard, True)
+        return SizeConstraint(node, ix, ext, binders, guard, True)
     need = _legal(ix, ext, low, high)
     if ix.index_vars():
         raise BoundsError(
@@ -242,7 +258,7 @@ def _check_access(node: Access, arr: Expr, ix: Aff, binders: tuple, guards: tupl
             f"the access {what} is outside [0, {ext}) for every size at which it is evaluated "
             f"(it needs {need})"
         )
-    return SizeConstraint(what, ix, ext, binders, guard, False)
+    return SizeConstraint(node, ix, ext, binders, guard, False)
 
 
 def _box_proves(ix: Aff, ext: Aff, binders: tuple) -> bool:
