@@ -96,13 +96,16 @@ class SizeConstraint:
         affine indices builds predicates, so compare by identity)."""
         return (id(self.node), id(self.index), id(self.extent), tuple(id(x) for b in self.binders for x in b), id(self.guard))
 
+    def size_names(self) -> set:
+        names = {s.name for s in size_vars(self.index) | size_vars(self.extent) | size_vars(self.guard)}
+        return names | {s.name for _, n in self.binders for s in n.size_vars()}
+
     def violated(self, sizes: dict) -> str | None:
         """A message if the access is out of range at ``sizes`` (name -> int)."""
         if not self.index.index_vars() and all(s.name in sizes for s in self.index.size_vars() | self.extent.size_vars()):
             if 0 <= self.index.evaluate(sizes) < self.extent.evaluate(sizes):
                 return None  # the common case, decided without isl
-        names = {s.name for s in size_vars(self.index) | size_vars(self.extent) | size_vars(self.guard)}
-        names |= {s.name for _, n in self.binders for s in n.size_vars()}
+        names = self.size_names()
         missing = sorted(k for k in names if k not in sizes)
         if missing:
             raise InputError(f"size(s) {missing} have no value, needed to check the access {self.what}")
@@ -150,6 +153,12 @@ def inherit(derived: Expr, source: Expr) -> None:
     only when the source's constraints hold there."""
     cons = check_program(source)
     if not cons or derived is source:
+        return
+    # only what can be checked at the derived program's own sizes (it is run
+    # with those; the source's other sizes are checked where it runs as a whole)
+    have = {s.name for s in size_vars(derived)}
+    cons = tuple(c for c in cons if c.size_names() <= have)
+    if not cons:
         return
     with _LOCK:
         old = _INHERITED.get(derived, ())
@@ -231,10 +240,11 @@ def _check_access(node: Access, arr: Expr, ix: Aff, binders: tuple, guards: tupl
         else:
             # x[2] at top level: in range for all large sizes, so a plain call-time
             # constraint (a sum of thousands of such terms needs no isl at all)
-            return SizeConstraint(node, ix, ext, (), facts, False)
+            return SizeConstraint(node, ix, ext, (), _relevant(facts, ix, ext), False)
     if _box_proves(ix, ext, binders):
         return None
-    guard = conj(facts, *(_affine(g) for g in guards))
+    guard = conj(*(_affine(g) for g in guards))
+    guard = conj(_relevant(facts, ix, ext, guard, *(n for _, n in binders)), guard)
     try:
         low = _is_empty(_bad_text(binders, guard, ix, ext, Cmp("<", ix, Aff((), 0)), 0))
         high = _is_empty(_bad_text(binders, guard, ix, ext, Cmp("<=", ext, ix), 0))
@@ -259,6 +269,21 @@ def _check_access(node: Access, arr: Expr, ix: Aff, binders: tuple, guards: tupl
             f"(it needs {need})"
         )
     return SizeConstraint(node, ix, ext, binders, guard, False)
+
+
+def _relevant(facts: Pred, *nodes) -> Pred:
+    """The conjuncts of ``facts`` about the sizes ``nodes`` mention."""
+    ss = set()
+    for x in nodes:
+        ss |= size_vars(x)
+    out, todo = [], [facts]
+    while todo:
+        p = todo.pop()
+        if isinstance(p, And):
+            todo.extend((p.rhs, p.lhs))
+        elif p is not TRUE and size_vars(p) <= ss:
+            out.append(p)
+    return conj(*out)
 
 
 def _box_proves(ix: Aff, ext: Aff, binders: tuple) -> bool:
