@@ -214,7 +214,11 @@ class _Block:
             case _:
                 return _sorted_conjuncts(canonicalize(to_expr(view)))
         exprs = [_sorted_conjuncts(canonicalize(to_expr(v))) for v in cands]
-        return min(zip(keys, (repr(e) for e in exprs), exprs), key=lambda t: (t[0], t[1]))[2]
+        best = min(keys)
+        tied = [e for k, e in zip(keys, exprs) if k == best]
+        # the printed form breaks ties only (printing every candidate cost a
+        # tenth of building a long chain's derivative)
+        return tied[0] if len(tied) == 1 else min(tied, key=repr)
 
     # -- variables -----------------------------------------------------------
     def var_of(self, base: Expr) -> Var:

@@ -182,7 +182,8 @@ def _grad_program(loss: Expr, xs, mode: str) -> Expr:
     name = "dy"
     while name in names:
         name = "_" + name
-    adj = adjoint(loss, xs, cotangent=name, mode=mode)
+    # simplified once, after the seed is 1 (simplifying before as well did the work twice)
+    adj = adjoint(loss, xs, cotangent=name, mode=mode, simplify=False)
     seed = Var(name, 0, REAL)
     # ∇l(x) = DT l(x, 1)  (RULES.md 5.1)
     out = subst(adj, vals={seed: Const(1)})
