@@ -69,12 +69,23 @@ def run_deep(fn, *args, **kwargs):
             sys.setrecursionlimit(max(_saved_limit, RECURSION_LIMIT))
         _active += 1
         old = threading.stack_size()
+        t = None
         try:
-            threading.stack_size(STACK_BYTES)
-            t = threading.Thread(target=target, name="tensorlang-deep", daemon=True)
-            t.start()
+            for size in (STACK_BYTES, STACK_BYTES // 4, STACK_BYTES // 16):
+                try:  # a limited address space (ulimit -v) may refuse the largest
+                    threading.stack_size(size)
+                    t = threading.Thread(target=target, name="tensorlang-deep", daemon=True)
+                    t.start()
+                    break
+                except (RuntimeError, ValueError, MemoryError):
+                    t = None
         finally:
             threading.stack_size(old)
+        if t is None:
+            _active -= 1
+            if _active == 0 and _saved_limit is not None:
+                sys.setrecursionlimit(_saved_limit)
+            raise TensorLangError("the program is too deep for the default stack, and no thread with a larger stack could be started")
     try:
         t.join()
     finally:
