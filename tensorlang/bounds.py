@@ -260,8 +260,8 @@ def _check_access(node: Access, arr: Expr, ix: Aff, binders: tuple, guards: tupl
     need = _legal(ix, ext, low, high)
     if ix.index_vars():
         raise BoundsError(
-            f"the access {what} may read outside [0, {ext}): isl cannot prove {need} "
-            f"at every point of its loops for every size; guard it: tl.iverson({need}, {what})"
+            f"the access {what} may read outside [0, {ext}): isl cannot prove it in bounds "
+            f"({need} at every point of its loops, for every size); guard it: tl.iverson({need}, {what})"
         )
     if _never_legal(binders, guard, ix, ext):
         raise BoundsError(
