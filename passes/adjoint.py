@@ -88,10 +88,7 @@ class _State:
                 raise TypeError(f"unexpected adjoint term {t!r}")
 
     def _hoist(self, var, value) -> None:
-        # 6.25 once per remaining dlet the binding moves past (all of them:
-        # its value mentions only program and adjoint variables).
-        for dx, d in reversed(self.dlets):
-            swap_dlet_let(DLet(dx, d, BLet(var, value, HOLE)))
+        _past_dlets(self.dlets, var, value)
         self.adjoint.append((var, value))
 
     def add_term(self, t) -> None:
@@ -105,6 +102,16 @@ class _State:
             drop_zero_term(OPlus((HOLE, t)))
             return
         self.terms.append(t)
+
+
+def _past_dlets(dlets: list, var, value) -> None:
+    """6.25: the binding moves past every remaining dlet (its value mentions
+    only program and adjoint variables, never a differential).  Each swap is
+    the same rewrite, so it is applied (and traced) once, at the innermost
+    dlet: once per dlet made building a derivative quadratic in its length."""
+    if dlets:
+        dx, d = dlets[-1]
+        swap_dlet_let(DLet(dx, d, BLet(var, value, HOLE)))
 
 
 def _check_ssa(e: Expr) -> None:
@@ -189,8 +196,7 @@ def transpose(e: Expr, wrt, seed: Var) -> Expr:
         if r is None:
             break
         x, value, d = r.var, r.value, r.body
-        for dx, dd in reversed(state.dlets):
-            swap_dlet_let(DLet(dx, dd, BLet(x, value, HOLE)))
+        _past_dlets(state.dlets, x, value)
         state.primal.append((x, value))
         state.dlets.append((d.dvar, d.value))
         t = d.body

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorlang.ir import TRUE, Expr, Pred, Var, sym_aff, subst
+from tensorlang.ir import TRUE, Expr, Or, Pred, Var, sym_aff, subst
 
 
 @dataclass(frozen=True, eq=False)
@@ -437,7 +437,27 @@ def merge_contributions(t):
     p0, p1 = a.pred_at(idx), b.pred_at(idx)
     body = Add(iverson(p0, access(a.left, idx)), iverson(p1, access(b.left, idx)))
     dy = fresh_var("dY", tt)
-    return BLet(dy, make_gens(list(zip(iv, dims)), body), Inner(dy, a.right, disj(p0, p1), tuple(iv)))
+    return BLet(dy, make_gens(list(zip(iv, dims)), body), Inner(dy, a.right, _union(p0, p1), tuple(iv)))
+
+
+def _disjuncts(p: Pred) -> list:
+    out, todo = [], [p]
+    while todo:
+        q = todo.pop()
+        if isinstance(q, Or):
+            todo.extend((q.rhs, q.lhs))
+        else:
+            out.append(q)
+    return out
+
+
+def _union(p0: Pred, p1: Pred) -> Pred:
+    """``p0 ∨ p1`` without repeating a disjunct ``p0`` already has: a chain of
+    contributions to one variable with the same support (``x[0]`` used N
+    times) would otherwise grow a filter of N copies, quadratic in total."""
+    have = set(_disjuncts(p0))
+    new = [q for q in _disjuncts(p1) if q not in have]
+    return disj(p0, *dict.fromkeys(new))
 
 
 @rule("6.44", figure=15)

@@ -57,6 +57,8 @@ from tensorlang.ir import (
     disj,
     free_indices,
     free_vars,
+    lets,
+    make_lets,
     make_sums,
     rebuild,
     subst,
@@ -364,6 +366,15 @@ def _replace(e: Expr, old: Expr, new: Var) -> Expr:
     return go(e)
 
 
+def _subst_free(e: Expr, sub: dict) -> Expr:
+    """``subst`` restricted to the variables free in ``e`` (a block's pending
+    substitution is long; ``subst`` looks at every value it is given)."""
+    if not sub:
+        return e
+    mine = {v: sub[v] for v in free_vars(e) if v in sub}
+    return subst(e, vals=mine) if mine else e
+
+
 class _Simplifier:
     def __init__(self):
         self.memo: dict = {}
@@ -469,6 +480,89 @@ class _Simplifier:
         return make_sums(binds, out_body)
 
     def _let(self, e: Let, ctx: _Ctx) -> Expr:
+        binds, _ = lets(e)
+        vs = [v for v, _ in binds]
+        if len(binds) > 2 and len(set(vs)) == len(vs):
+            return self._let_block(binds, e, ctx)
+        return self._let1(e, ctx)
+
+    def _let_block(self, binds, e: Let, ctx: _Ctx) -> Expr:
+        """A let-block (a derivative's SSA chain) in linear time: the rules of
+        :meth:`_let1` applied with one pending substitution per pass instead of
+        one substitution of the whole rest per binding (quadratic in the
+        block's length, issue #14)."""
+        _, body = lets(e)
+        block = {v for v, _ in binds}
+        # forward: simplify each value; propagate copies, constants and zeros
+        sub: dict = {}
+        kept = []
+        for v, e0 in binds:
+            e0 = self.expr(_subst_free(e0, sub), ctx)
+            if isinstance(e0, (Var, Const)) or is_zero(e0):
+                sub[v] = e0
+            else:
+                kept.append((v, e0))
+        body = self.expr(_subst_free(body, sub), ctx)
+        # backward: use counts of the rest decide dead bindings and single uses
+        counts: dict = {}
+        seen: set = set()
+
+        def note(x):
+            for w in free_vars(x) & block:
+                counts[w] = counts.get(w, 0) + _uses(x, w)
+            stack = [x]
+            while stack:
+                y = stack.pop()
+                if y in seen:
+                    continue
+                seen.add(y)
+                for c in children(y):
+                    if isinstance(c, Expr):
+                        stack.append(c)
+                    elif isinstance(c, tuple):
+                        stack.extend(z for z in c if isinstance(z, Expr))
+
+        note(body)
+        out, inline, cse = [], set(), {}
+        for v, e0 in reversed(kept):
+            c = counts.get(v, 0)
+            if c == 0:
+                if has_work(e0) and e0 in seen:
+                    # dead, but its value is computed again later: share it (CSE)
+                    cse[v] = e0
+                    out.append((v, e0))
+                    note(e0)
+                continue
+            if c == 1 and not has_work(e0):
+                inline.add(v)  # a single-use gather: inlining never changes the cost
+            out.append((v, e0))
+            note(e0)
+        out.reverse()
+        # forward: inline the single uses, share the recomputed values
+        sub2: dict = {}
+        active: list = []
+        res = []
+
+        def rewrite(x):
+            y = _subst_free(x, sub2)
+            for cv, ce in active:
+                y = _replace(y, ce, cv)
+            return y if y is x else self.expr(y, ctx)
+
+        for v, e0 in out:
+            e0 = rewrite(e0)
+            if v in inline or isinstance(e0, (Var, Const)) or is_zero(e0):
+                sub2[v] = e0
+                continue
+            res.append((v, e0))
+            if v in cse:
+                active.append((v, e0))
+        body = rewrite(body)
+        while res and body is res[-1][0]:  # let v = e0 in v  ==>  e0
+            body = res.pop()[1]
+        return make_lets(res, body)
+
+    def _let1(self, e: Let, ctx: _Ctx) -> Expr:
         v, e0, e1 = e.var, e.value, e.body
         if v not in free_vars(e1):
             if has_work(e0) and any(x is e0 for x in walk(e1)):

@@ -80,6 +80,7 @@ from tensorlang.ir import (
 )
 from tensorlang.typecheck import type_of
 
+from . import rules as rules_mod
 from .rules import rule
 from .ssa_form import AddRHS, ConstRHS, ContractRHS, MapRHS, classify, to_expr
 
@@ -136,6 +137,17 @@ def _plain(a):
     if a.const == 0 and len(a.terms) == 1 and a.terms[0][1] == 1 and isinstance(a.terms[0][0], IndexVar):
         return a.terms[0][0]
     return None
+
+
+def _stated(cx, mark: int, out: Expr) -> Expr:
+    """A rule's right-hand side: the statements it emitted, as lets, around
+    ``out``.  The driver keeps the statements in the block and uses only
+    ``out``, so the lets are built only when a rule trace records the
+    equation: building them always was quadratic in a long chain (each
+    level re-wrapped every statement below it)."""
+    if rules_mod._TRACE is None:
+        return out
+    return make_lets(cx.since(mark), out)
 
 
 # --------------------------------------------------------------------------
@@ -202,7 +214,11 @@ class _Block:
             case _:
                 return _sorted_conjuncts(canonicalize(to_expr(view)))
         exprs = [_sorted_conjuncts(canonicalize(to_expr(v))) for v in cands]
-        return min(zip(keys, (repr(e) for e in exprs), exprs), key=lambda t: (t[0], t[1]))[2]
+        best = min(keys)
+        tied = [e for k, e in zip(keys, exprs) if k == best]
+        # the printed form breaks ties only (printing every candidate cost a
+        # tenth of building a long chain's derivative)
+        return tied[0] if len(tied) == 1 else min(tied, key=repr)
 
     # -- variables -----------------------------------------------------------
     def var_of(self, base: Expr) -> Var:
@@ -352,7 +368,7 @@ def ssa_let(e: Expr, cx: _Block):
     X = cx.convert(e.value, None, x.name, var=x)
     cx.env[x] = X
     rest = e.body if X is x else Let(x, X, e.body)
-    return make_lets(cx.since(mark), rest)
+    return _stated(cx, mark, rest)
 
 
 @rule("5.26", figure=11)
@@ -395,7 +411,7 @@ def ssa_const(e: Expr, cx: _Block, remask: Pred | None):
     mark = cx.mark()
     c = cx.convert(rhs, TRUE, "c")
     masked = ssa_access(make_gens(G, Iverson(p, access(c, _gvars(G)))), cx, None)
-    return make_lets(cx.since(mark), masked)
+    return _stated(cx, mark, masked)
 
 
 @rule("5.30", figure=11)
@@ -428,7 +444,7 @@ def ssa_access(e: Expr, cx: _Block, remask: Pred | None):
         out = x  # fix-up 1: X itself
     else:
         out = _contraction(G, (), p, [(x, tuple(idxs))])
-    return make_lets(cx.since(mark), out)
+    return _stated(cx, mark, out)
 
 
 # --------------------------------------------------------------------------
@@ -451,7 +467,7 @@ def ssa_add(e: Expr, cx: _Block, remask: Pred | None):
     x1 = cx.convert(make_gens(G, _br(q1, e1)), q1)
     iv = _gvars(G)
     out = make_gens(G, Add(_br(q0, access(x0, iv)), _br(q1, access(x1, iv))))
-    return make_lets(cx.since(mark), out)
+    return _stated(cx, mark, out)
 
 
 @rule("5.32", figure=12)
@@ -469,7 +485,7 @@ def ssa_mul(e: Expr, cx: _Block, remask: Pred | None):
     f0, p = _peel(core.lhs, p)
     f1, p = _peel(core.rhs, p)
     ops = [cx.operand(G, (), p, f0), cx.operand(G, (), p, f1)]
-    return make_lets(cx.since(mark), _contraction(G, (), p, ops))
+    return _stated(cx, mark, _contraction(G, (), p, ops))
 
 
 @rule("5.33", figure=12)
@@ -484,7 +500,7 @@ def ssa_call(e: Expr, cx: _Block, remask: Pred | None):
     xs = [cx.convert(make_gens(G, _br(p, a)), p) for a in core.args]
     iv = _gvars(G)
     out = make_gens(G, _br(p, Call(core.fn, tuple(access(x, iv) for x in xs))))
-    return make_lets(cx.since(mark), out)
+    return _stated(cx, mark, out)
 
 
 @rule("5.34", figure=12)
@@ -513,7 +529,7 @@ def ssa_sum(e: Expr, cx: _Block, remask: Pred | None):
         ops = [cx.operand(G, S, p, f0), cx.operand(G, S, p, f1)]
     else:
         ops = [cx.operand(G, S, p, body)]
-    return make_lets(cx.since(mark), _contraction(G, S, p, ops))
+    return _stated(cx, mark, _contraction(G, S, p, ops))
 
 
 _CONVERSIONS = (ssa_var, ssa_const, ssa_access, ssa_add, ssa_mul, ssa_call, ssa_sum)

@@ -13,13 +13,19 @@
 
 from __future__ import annotations
 
+from .deep import deep
+
+import os
+
 import numpy as np
 
+from . import bounds
 from .errors import InputError, TensorLangError, UnsupportedError, describe
 from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
 from .typecheck import check_program, type_of
 
 MODES = ("sparse", "naive")
+_DEBUG = os.environ.get("TENSORLANG_DEBUG", "") not in ("", "0")
 
 
 def _wrt_list(wrt):
@@ -57,6 +63,7 @@ def normalize_for_adjoint(expr: Expr) -> Expr:
 # Expressions
 
 
+@deep
 def derivative(expr: Expr, wrt, *, simplify: bool = True) -> Expr:
     """The total derivative of ``expr`` (any expression) as an expression.
 
@@ -67,10 +74,13 @@ def derivative(expr: Expr, wrt, *, simplify: bool = True) -> Expr:
     from .passes.total_derivative import tangent_inputs, total_derivative
 
     check_program(expr)
+    bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     sigma = tangent_inputs(expr, xs)
     out = total_derivative(expr, sigma)
-    return simp(out) if simplify else out
+    out = simp(out) if simplify else out
+    bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
+    return out
 
 
 def _seed(expr: Expr, name: str) -> Var:
@@ -80,6 +90,7 @@ def _seed(expr: Expr, name: str) -> Var:
     return Var(name, 0, type_of(expr))
 
 
+@deep
 def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", simplify: bool = True) -> Expr:
     """The adjoint derivative of ``expr`` as an expression with one new input,
     the output cotangent ``cotangent`` (of the output's type).
@@ -94,13 +105,17 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
 
     _check_mode(mode)
     check_program(expr)
+    bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
     ssa = normalize_for_adjoint(expr)
     if mode == "naive":
-        return naive_transpose(ssa, xs, seed)
-    out = transpose(ssa, xs, seed)
-    return simp(out) if simplify else out
+        out = naive_transpose(ssa, xs, seed)
+    else:
+        out = transpose(ssa, xs, seed)
+        out = simp(out) if simplify else out
+    bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -120,12 +135,17 @@ class _Program:
 
         self.source = source
         self.prog = prog
+        # the source's accesses are proven in range, up to these size constraints
+        self.constraints = bounds.check_program(source)
+        if _DEBUG:  # and the derived program's own accesses, as a check of the passes
+            bounds.check_program(prog)
         self.extra = {v.name: v for v in extra}
         self.fn = make_callable(prog, mode=mode)
         self.inputs = {v.name for v in input_vars(prog)}
         self.sizes = {s.name for s in size_vars(prog)}
         self.rels = {r.name for r in relations_of(prog)}
 
+    @deep
     def __call__(self, kwargs: dict):
         from .evaluator import prepare_inputs
 
@@ -134,6 +154,7 @@ class _Program:
         if missing:
             raise InputError(f"missing input(s) {missing}")
         _, sizes, _, _ = prepare_inputs(self.source, src_kw)
+        bounds.check_sizes(self.constraints, sizes)
         call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
         call.update({k: v for k, v in sizes.items() if k in self.sizes})
         return self.fn(**call)
@@ -161,17 +182,20 @@ def _grad_program(loss: Expr, xs, mode: str) -> Expr:
     name = "dy"
     while name in names:
         name = "_" + name
-    adj = adjoint(loss, xs, cotangent=name, mode=mode)
+    # simplified once, after the seed is 1 (simplifying before as well did the work twice)
+    adj = adjoint(loss, xs, cotangent=name, mode=mode, simplify=False)
     seed = Var(name, 0, REAL)
     # ∇l(x) = DT l(x, 1)  (RULES.md 5.1)
     out = subst(adj, vals={seed: Const(1)})
     return simp(out) if mode == "sparse" else out
 
 
+@deep
 def grad(loss: Expr, wrt, *, mode: str = "sparse"):
     """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``)."""
     _check_mode(mode)
     check_program(loss)
+    bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
     prog = _Program(loss, _grad_program(loss, xs, mode), mode)
 
@@ -182,10 +206,12 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse"):
     return g
 
 
+@deep
 def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
     """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``."""
     _check_mode(mode)
     check_program(loss)
+    bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
     gprog = _Program(loss, _grad_program(loss, xs, mode), mode)
     vprog = _Program(loss, loss, mode)
@@ -197,10 +223,12 @@ def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
     return vg
 
 
+@deep
 def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
     """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the output cotangent ``dy``."""
     _check_mode(mode)
     check_program(expr)
+    bounds.check_program(expr)
     xs, single = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
     prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
@@ -212,12 +240,14 @@ def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
     return f
 
 
+@deep
 def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are named ``d<name>``."""
     from .passes.total_derivative import tangent_inputs
 
     _check_mode(mode)
     check_program(expr)
+    bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     tangents = list(tangent_inputs(expr, xs).values())
     dprog = _Program(expr, derivative(expr, xs), mode, extra=tangents)

@@ -20,6 +20,8 @@ are split by inclusion-exclusion.
 
 from __future__ import annotations
 
+from .deep import deep
+
 from functools import lru_cache
 
 import islpy as isl
@@ -211,6 +213,7 @@ def _accumulate(expr: Expr, context=((), TRUE)) -> _Acc:
 # Public API
 
 
+@deep
 def symbolic_cost_breakdown(expr: Expr) -> dict:
     """``{"adds": sympy, "mults": sympy, "calls": {fn: sympy}}`` in the sizes."""
     acc = _accumulate(expr)
@@ -222,6 +225,7 @@ def symbolic_cost_breakdown(expr: Expr) -> dict:
     }
 
 
+@deep
 def symbolic_cost(expr: Expr):
     """Figure 6's ``$⟦expr⟧[]`` as a sympy expression in the size symbols
     (``tensorlang.isl_bridge.size_symbol(name)``), ``Piecewise`` where the
@@ -232,6 +236,7 @@ def symbolic_cost(expr: Expr):
     return acc.value(acc.kinds())
 
 
+@deep
 def symbolic_cost_over(expr: Expr, binders, pred: Pred = TRUE):
     """``Σ_{σ ∈ {binders : pred}} $⟦expr⟧σ`` for an open term, in the size
     symbols (see ``cost.cost_over``)."""

@@ -37,6 +37,8 @@ computed once is costed once (as the ``let`` it denotes).
 
 from __future__ import annotations
 
+from .deep import deep
+
 from collections import defaultdict
 
 import numpy as np
@@ -504,6 +506,7 @@ def _parse_kwargs(expr: Expr, kwargs: dict):
 # Public API
 
 
+@deep
 def cost_breakdown(expr: Expr, **sizes_and_relations) -> dict:
     """Figure 6 operation counts at the given sizes, by category:
     ``{"adds": int, "mults": int, "calls": {fn: int}}`` (their sum is
@@ -512,6 +515,7 @@ def cost_breakdown(expr: Expr, **sizes_and_relations) -> dict:
     return _breakdown(cost_terms(expr), expr, sizes_and_relations)
 
 
+@deep
 def cost_over(expr: Expr, binders, pred: Pred = TRUE, **sizes_and_relations) -> dict:
     """``Σ_{σ ∈ {binders : pred}} $⟦expr⟧σ`` for an open term (free index
     variables bound by ``binders``, a sequence of ``(IndexVar, extent)``,
@@ -526,7 +530,10 @@ def _breakdown(terms: dict, carrier: Expr, kwargs: dict) -> dict:
     sizes, rels = _parse_kwargs(carrier, kwargs)
     out = {"adds": 0, "mults": 0, "calls": {}}
     for (B, P), kinds in terms.items():
-        k = count_at(B, P, sizes, rels)
+        try:
+            k = count_at(B, P, sizes, rels)
+        except ib.isl.Error as exc:  # never a raw islpy error (issue #15)
+            raise UnsupportedError(f"cost: isl cannot count the points of {describe(P)} at sizes {sizes}: {exc}") from None
         if not k:
             continue
         for kind, coeff in kinds.items():
@@ -541,6 +548,7 @@ def _breakdown(terms: dict, carrier: Expr, kwargs: dict) -> dict:
     return out
 
 
+@deep
 def cost(expr: Expr, **sizes_and_relations) -> int:
     """``$⟦expr⟧[]`` of Figure 6 at the given sizes: the number of scalar
     additions, multiplications and black-box calls, with the (*) and (**)

@@ -20,6 +20,11 @@ class IndexError_(TensorLangError):
     """A non-affine or out-of-range index."""
 
 
+class BoundsError(IndexError_):
+    """An access that cannot be proven in range before the program runs
+    (``tensorlang.bounds``); the message suggests the Iverson guard."""
+
+
 class InputError(TensorLangError):
     """Missing, unknown or badly shaped inputs at evaluation or call time."""
 

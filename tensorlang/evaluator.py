@@ -6,9 +6,22 @@ rewrites).  A guarded term is never evaluated where its predicate is false
 (4.12), so ``[i - 1 >= 0]·x[i - 1]`` is safe; an unguarded out-of-range
 access is a TensorLangError naming the access (4.11 leaves it undefined).
 A closed sub-term shared in the DAG is computed once.
+
+Floating point (float64 inputs) follows NumPy's IEEE 754 semantics and never
+raises: ``1/0 = inf``, ``x**-1`` and ``x**-2`` at 0 are ``inf``, ``0·inf``,
+``inf - inf``, ``log(-1)`` and ``sqrt(-1)`` are ``nan``, ``log(0) = -inf``,
+overflow gives ``±inf`` and underflow 0 (evaluation runs under
+``np.errstate(all="ignore")``, so no floating-point warning is raised either,
+even with warnings as errors).  A constant that does not fit a float64
+(``10**400``) is a TensorLangError.  An extent that evaluates below zero is
+an empty range (rule 4.7), also for a generator nested in an empty one.
+Programs thousands of nodes deep are evaluated on a large stack
+(``tensorlang.deep``).
 """
 
 from __future__ import annotations
+
+from .deep import deep
 
 from fractions import Fraction
 
@@ -17,6 +30,7 @@ import numbers
 import numpy as np
 import sympy
 
+from . import bounds
 from .errors import IndexError_, InputError, TensorLangError, describe
 from .functions import lookup
 from .ir import (
@@ -67,7 +81,11 @@ class Domain:
             if isinstance(v, float):
                 return sympy.Rational(Fraction(v))
             return sympy.Integer(v) if isinstance(v, int) else sympy.sympify(v)
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:
+            shown = str(v) if len(str(v)) <= 24 else f"{str(v)[:12]}... ({len(str(v))} digits)"
+            raise TensorLangError(f"the constant {shown} does not fit a float64 (its limit is about 1.8e308)") from None
 
     def zero(self):
         return sympy.Integer(0) if self.exact else 0.0
@@ -89,7 +107,7 @@ def zero_value(t: Type, sizes: dict, dom: Domain):
         case TensorT():
             shape, el = [], t
             while isinstance(el, TensorT):
-                shape.append(el.extent.evaluate(sizes))
+                shape.append(max(0, el.extent.evaluate(sizes)))  # a negative extent is empty (4.7)
                 el = el.elem
             if el is REAL_T:
                 arr = np.zeros(shape, dtype=dom.dtype)
@@ -113,7 +131,8 @@ def _gen_values(vals, elem_t: Type, sizes, dom):
             out[k] = v
         return out
     if not vals:
-        shape = [0] + [a.evaluate(sizes) for a in _shape(elem_t)]
+        # an inner gen of negative extent under an empty one is empty too (as in the kernels)
+        shape = [0] + [max(0, a.evaluate(sizes)) for a in _shape(elem_t)]
         arr = np.zeros(shape, dtype=dom.dtype)
         return arr
     if dom.exact:
@@ -483,6 +502,7 @@ def relation_dense(r: Relation, data, sizes: dict) -> np.ndarray:
     raise InputError(f"relation {r.name} must be a boolean array or integer coordinate rows, got dtype {arr.dtype}")
 
 
+@deep
 def evaluate(program: Expr, **inputs):
     """Evaluate ``program`` on named inputs (arrays, scalars, relation data).
 
@@ -491,9 +511,12 @@ def evaluate(program: Expr, **inputs):
     or array (a tuple for pair outputs).
     """
     check_program(program)
+    constraints = bounds.check_program(program)  # every access proven in range, or refused
     env, sizes, relations, dom = prepare_inputs(program, inputs)
+    bounds.check_sizes(constraints, sizes)
     ev = Evaluator(program, env, {**sizes, **{SizeVar(k): v for k, v in sizes.items()}}, relations, dom)
-    out = ev.ev(program, dict(env))
+    with np.errstate(all="ignore"):  # IEEE results (inf, nan), as NumPy gives them: see the module doc
+        out = ev.ev(program, dict(env))
     return out
 
 

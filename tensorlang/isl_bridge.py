@@ -142,7 +142,8 @@ def count_text_at(text: str, values: tuple) -> int:
     """Points of the isl set ``text`` with its parameters (in order) fixed to ``values``."""
     s = _parse_set(text)
     for k, v in enumerate(values):
-        s = s.fix_val(isl.dim_type.param, k, v)
+        # through a string: isl's integers are unbounded, a C long is not
+        s = s.fix_val(isl.dim_type.param, k, isl.Val(str(int(v))))
     total = 0
     for _, qp in s.card().get_pieces():
         total += int(qp.get_constant_val().to_python())
@@ -151,15 +152,28 @@ def count_text_at(text: str, values: tuple) -> int:
 
 def is_empty(binders, pred: Pred, *, rel: str = "true", sizes_positive: bool = True) -> bool:
     """Is ``pred`` false at every point for every size >= 1 (relations read as true)?"""
-    s, _ = domain_set(binders, pred, rel=rel, sizes_positive=sizes_positive)
-    return s.is_empty()
+    text, _ = domain_text(binders, pred, rel=rel, sizes_positive=sizes_positive)
+    return _is_empty_text(text)
 
 
 def implies(binders, p: Pred, q: Pred, *, sizes_positive: bool = True) -> bool:
     """Does ``p`` imply ``q`` on the domain for every size >= 1?  (Affine only.)"""
-    s, names = domain_set(binders, p, sizes_positive=sizes_positive, extra=(q,))
-    t, _ = domain_set(binders, q, sizes_positive=sizes_positive, extra=(p,))
-    return s.is_subset(t)
+    s, _ = domain_text(binders, p, sizes_positive=sizes_positive, extra=(q,))
+    t, _ = domain_text(binders, q, sizes_positive=sizes_positive, extra=(p,))
+    return _is_subset_text(s, t)
+
+
+# The texts name dimensions by position and sizes by name, so one question
+# asked about fresh copies of the same loops (a derivative asks it once per
+# term of a long sum) is answered once.
+@lru_cache(maxsize=65536)
+def _is_empty_text(text: str) -> bool:
+    return _parse_set(text).is_empty()
+
+
+@lru_cache(maxsize=65536)
+def _is_subset_text(s: str, t: str) -> bool:
+    return _parse_set(s).is_subset(_parse_set(t))
 
 
 # -- PwQPolynomial -> sympy ----------------------------------------------------

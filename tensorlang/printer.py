@@ -16,6 +16,8 @@ is used more than once in the DAG is printed once, as a ``let``
 
 from __future__ import annotations
 
+from .deep import deep
+
 from .ir import (
     Access,
     Add,
@@ -203,6 +205,7 @@ def pretty_type(t) -> str:
 # Expressions
 
 
+@deep
 def pretty(e, *, sharing: bool = True) -> str:
     """Signature: pretty : Node -> str (the paper's notation).
 

@@ -27,6 +27,7 @@ import threading
 
 import numpy as np
 
+from .. import bounds
 from ..errors import InputError, TensorLangError, UnsupportedError
 from ..ir import Expr, PairT, RealT, TensorT
 from ..typecheck import check_program, type_of
@@ -157,6 +158,7 @@ class Kernel:
             if isinstance(v, np.ndarray) and v.dtype == object:
                 raise InputError(f"input {k} is an object array; compiled kernels run in float64 (use tl.evaluate)")
         env, sizes, relations, _ = prepare_inputs(self.expr, inputs, exact=False)
+        bounds.check_sizes(bounds.check_program(self.expr), sizes)  # constant accesses in range
         if self.spec.get("needs_positive_sizes") and any(sizes[s] < 1 for s in self.spec["sizes"]):
             # the in-bounds proof assumed every size >= 1: let the evaluator decide
             from ..evaluator import evaluate
@@ -274,6 +276,7 @@ def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: 
     if not isinstance(expr, Expr):
         raise TensorLangError(f"tl.compile needs a tensorlang expression, got {type(expr).__name__}")
     check_program(expr)
+    bounds.check_program(expr)  # every access proven in range, or refused
     key = _cache.program_key(expr, mode)
     got = _cache.load(key, expr, mode)  # checks the entry against this program's signature
     if got is not None:
