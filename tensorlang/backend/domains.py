@@ -16,29 +16,22 @@ Uses :class:`tensorlang.isl_bridge.Names` for predicate text.
 
 from __future__ import annotations
 
-import re
-
 import islpy as isl
 
 from ..errors import TensorLangError, UnsupportedError, describe
-from ..ir import TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, SizeVar, conj
+from ..ir import TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, conj
 from ..isl_bridge import Names
 
-_IDENT = re.compile(r"[^A-Za-z0-9]")
-
-
-def py_ident(name: str) -> str:
-    return _IDENT.sub("_", name) or "v"
-
-
-def size_name(s: SizeVar) -> str:
-    return "sz_" + py_ident(s.name)
+# Sizes a kernel accepts (checked at call time): a bound isl may use, so that
+# guards with huge offsets (``i + 2**70 < n``) are decided at compile time and
+# every integer left in a kernel fits int64.
+MAX_SIZE = 1 << 40
 
 
 class Scope:
     """Names and known constraints at one program point.
 
-    ``symmap`` maps Sym (SizeVar, IndexVar) -> Python/isl name; ``params`` are
+    ``symmap`` maps Sym (SizeVar, IndexVar) -> kernel/isl name (allocator-made); ``params`` are
     the isl parameter names (sizes and enclosing index variables); ``cons``
     are isl constraint texts over them.
     """

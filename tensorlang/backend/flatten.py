@@ -236,8 +236,18 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
                 # one use, not under a further loop: substituting computes at most
                 # the one element the use reads (the let computed them all)
                 out = _scalar(subst(e1, vals={v: e0}), binds, memo)
+            elif isinstance(v.type, TensorT) and not _pairlike(v.type):
+                # otherwise a local array computed per iteration of the loops around
+                rhs = _rhs(e0, binds, False)
+                if _alias(rhs):
+                    out = _scalar(subst(e1, vals={v: rhs}), binds, memo)
+                else:
+                    out = Let(v, rhs, _scalar(e1, binds, memo))
+            elif _pairlike(v.type):
+                rep = _bind_local_pair(_value(e0, binds, memo), v, binds, memo)
+                out = _scalar(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
             else:
-                raise UnsupportedError(f"the backend cannot lower the tensor let {describe(e)} under a loop")
+                raise UnsupportedError(f"the backend cannot lower the let {describe(e)} under a loop")
         case Access():
             base, idx = accesses(e)
             out = _access(base, list(idx), binds, memo)
@@ -296,8 +306,20 @@ def _value(e: Expr, binds: list, memo: dict) -> Expr:
             raise UnsupportedError(f"not a value expression: {e!r}")
 
 
+def _bind_local_pair(v: Expr, var: Var, binds: list, memo: dict) -> Expr:
+    """A pair value under a loop: each component substituted (it is a pair
+    expression of aliases or tensors the accesses then select from)."""
+    if _alias(v) or not isinstance(v, Pair):
+        if _alias(v):
+            return v
+        raise UnsupportedError(f"the backend cannot lower the pair-valued let {describe(var)} = {describe(v)} under a loop")
+    return Pair(v.fst, v.snd)
+
+
 def _access(base: Expr, idx: list, binds: list, memo: dict) -> Expr:
     base = _value(base, binds, memo)
+    if idx and isinstance(base, Let):  # (let v = e0 in e1)[a] = let v = e0 in e1[a]
+        return _scalar(Let(base.var, base.value, _access_expr(base.body, idx)), binds, memo)
     while idx and isinstance(base, (Gen, Iverson)):
         if isinstance(base, Iverson):
             return _scalar(Iverson(base.pred, _access_expr(base.body, idx)), binds, memo)
