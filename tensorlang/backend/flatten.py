@@ -229,6 +229,9 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
                 w0, w1 = fresh_var(v.name + "0", v.type.fst), fresh_var(v.name + "1", v.type.snd)
                 body = subst(e1, vals={v: Pair(w0, w1)})
                 out = Let(w0, _scalar(pv.fst, binds, memo), Let(w1, _scalar(pv.snd, binds, memo), _scalar(body, binds, memo)))
+            elif _pairlike(v.type) and not free_indices(e0):  # pair elimination (Fig. 8)
+                rep = _bind_pair(_value(e0, binds, memo), v, binds)
+                out = _scalar(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
             elif not free_indices(e0):
                 binds.append((v, _rhs(e0, binds)))
                 out = _scalar(e1, binds, memo)
@@ -300,7 +303,14 @@ def _value(e: Expr, binds: list, memo: dict) -> Expr:
                 return _value(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
             binds.append((v, _rhs(e0, binds)))
             return _value(e1, binds, memo)
-        case Var() | Const() | Gen() | Let() | Add() | Mul() | Call() | Sum():
+        case Let(var=v, value=e0, body=e1):
+            # a let under a loop: a pair in its body is pushed out of it
+            # (each component keeps the binding; CSE shares its value)
+            b2 = _value(e1, binds, memo)
+            if isinstance(b2, Pair):
+                return Pair(Let(v, e0, b2.fst), Let(v, e0, b2.snd))
+            return e
+        case Var() | Const() | Gen() | Add() | Mul() | Call() | Sum():
             return e  # nothing to push out: the caller decides
         case _:
             raise UnsupportedError(f"not a value expression: {e!r}")
