@@ -170,10 +170,12 @@ def int_add(a: KExpr, b: KExpr) -> KExpr:
 
 
 def sum_of(terms) -> KExpr:
-    """Exact simplifications only: ``0 + x = x``; nested sums flatten."""
+    """Exact simplifications only: ``0 + x = x``; a sum as the *first* term
+    flattens (``(a + b) + c`` is Python's ``a + b + c``: the same order of
+    additions, so the same rounding); a later one stays a parenthesised term."""
     out = []
-    for t in terms:
-        if isinstance(t, FSum):
+    for k, t in enumerate(terms):
+        if isinstance(t, FSum) and not out:
             out.extend(t.terms)
         elif not is_const(t, 0.0):
             out.append(t)
