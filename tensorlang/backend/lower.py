@@ -61,8 +61,8 @@ from ..ir import (
     sums,
 )
 from . import kir as K
-from .astgen import expr_of, int_literal, to_loops
-from .domains import MAX_SIZE, Scope, ast_for, box_cons, conjuncts, covers, has_rel, prove_access
+from .astgen import to_loops
+from .domains import MAX_SIZE, Scope, aff_expr, affine_test, ast_for, box_cons, conjuncts, covers, has_rel, in_range, prove_access
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
@@ -75,27 +75,6 @@ def const_value(v, node) -> float:
         return float(v)
     except OverflowError:
         raise TensorLangError(f"the constant {describe(node)} does not fit a float64") from None
-
-
-def aff_expr(a: Aff, scope: Scope) -> K.KExpr:
-    """Signature: aff_expr : Aff -> kernel-IR integer expression."""
-    out = None
-    for s, c in a.terms:
-        name = scope.symmap.get(s)
-        if name is None:
-            raise UnsupportedError(f"index {a} mentions {s!r}, which is not bound here")
-        term = K.Name(name) if abs(c) == 1 else K.IBin("*", int_literal(abs(c)), K.Name(name))
-        if out is None:
-            out = term if c > 0 else K.IBin("-", K.Int(0), term)
-        else:
-            out = K.IBin("+" if c > 0 else "-", out, term)
-    if out is None:
-        return int_literal(a.const)
-    return K.int_add(out, int_literal(a.const)) if a.const else out
-
-
-def in_range(a: K.KExpr, n: K.KExpr) -> K.KExpr:
-    return K.BoolOp("and", (K.Cmp("<=", K.Int(0), a), K.Cmp("<", a, n)))
 
 
 class Lowerer:
@@ -478,27 +457,6 @@ class Lowerer:
                 return [Assign(ex, K.Bool(False)), loop], K.Name(ex)
             case _:
                 raise UnsupportedError(f"not a predicate: {p!r}")
-
-
-def affine_test(sc: Scope, p):
-    """The affine predicate ``p`` simplified against the scope's constraints:
-    ``Bool`` when decided, else isl's own expression of the gisted set; None
-    if isl cannot take it."""
-    import islpy as isl
-
-    try:
-        ctx = isl.Set(sc.context_text())
-        test = isl.Set(f"{sc.header()} -> {{ : {sc.pred(p)} }}")
-    except (isl.Error, UnsupportedError):
-        return None
-    if ctx.is_subset(test):
-        return K.Bool(True)
-    if (test & ctx).is_empty():
-        return K.Bool(False)
-    g = test.coalesce().gist(ctx).coalesce()
-    if g.n_basic_set() > 8:  # isl's disjunctive form can grow: test the original then
-        return None
-    return expr_of(isl.AstBuild.from_context(ctx).expr_from_set(g), {})
 
 
 def _leaves(t, path=()):
