@@ -14,12 +14,14 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
 from tensorlang.backend import kir
 from tensorlang.backend.api import python_kernel
 from tensorlang.backend.loopir import AccAdd, Alloc, Assign, If, Loop, Store, walk_stmts
 from tensorlang.ir import Const
+from tests.strategies import programs
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -270,3 +272,32 @@ def test_float32_gradient():
     assert g32.dtype == np.float32
     np.testing.assert_allclose(g32, g(x=xv.astype(np.float32).astype(np.float64)), rtol=1e-5, atol=1e-5)
     assert g(x=xv[:5].astype(np.float32)).dtype == np.float32  # small sizes (auto runtime) too
+
+
+def _f32(v, relation: bool):
+    if relation:
+        return v
+    if isinstance(v, tuple):
+        return tuple(_f32(a, False) for a in v)
+    return np.asarray(v, dtype=np.float32) if isinstance(v, np.ndarray) else np.float32(v)
+
+
+def _close32(a, b, bound, dtype):
+    if isinstance(b, tuple):
+        return all(_close32(x, y, bound, dtype) for x, y in zip(a, b))
+    if isinstance(b, np.ndarray) and b.dtype == object:
+        return all(_close32(x, y, bound, dtype) for x, y in zip(a, b))
+    got = np.asarray(a)
+    return got.dtype == dtype and np.allclose(got, b, rtol=1e-5, atol=1e-5 * max(1.0, bound), equal_nan=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(prog=programs())
+def test_float32_random_programs_within_tolerance(prog):
+    """Every result of a float32 run is float32 and within the documented
+    tolerance of the float64 evaluator on the same (float32-rounded) inputs."""
+    ins32 = {k: _f32(v, k in prog.relation_names) for k, v in prog.inputs.items()}
+    ref = tl.evaluate(prog.expr, **ins32, **prog.sizes)
+    real_inputs = [k for k in ins32 if k not in prog.relation_names]
+    dtype = np.float32 if real_inputs else np.float64  # no real input: nothing asks for float32
+    assert _close32(python_kernel(prog.expr)(**ins32, **prog.sizes), ref, prog.bound, dtype)
