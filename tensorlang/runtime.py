@@ -76,26 +76,13 @@ class LazyKernel:
 
     def __call__(self, **inputs):
         if self._impl is None and self.runtime == "auto" and not _worth_compiling(self.expr, inputs):
-            from .backend.api import precision
+            from .backend.api import as_float32, precision
 
             out = evaluate(self.expr, **inputs)
             # the evaluator computes in float64; float32 inputs get float32
             # results, as from the kernel (issue 18's precision contract)
-            return _as_float32(out) if precision(self.expr, inputs) == "float32" else out
+            return as_float32(out) if precision(self.expr, inputs) == "float32" else out
         return self._get()(**inputs)
-
-
-def _as_float32(v):
-    import numpy as np
-
-    if isinstance(v, tuple):
-        return tuple(_as_float32(a) for a in v)
-    if isinstance(v, np.ndarray) and v.dtype == object:
-        out = np.empty(v.shape, dtype=object)
-        for k in np.ndindex(v.shape):
-            out[k] = _as_float32(v[k])
-        return out
-    return np.asarray(v, dtype=np.float32) if isinstance(v, np.ndarray) else np.float32(v)
 
 
 def runtime_choice(runtime: str | None = None) -> str:

@@ -185,7 +185,8 @@ class Kernel:
             # the in-bounds proof assumed every size >= 1 (see module doc)
             from ..evaluator import evaluate
 
-            return evaluate(self.expr, **inputs)
+            out = evaluate(self.expr, **inputs)
+            return as_float32(out) if dtype is np.float32 else out
         by_name = {v.name: val for v, val in env.items()}
         args = [np.int64(sizes[s]) for s in spec["sizes"]]
         for name, path, rank in spec["inputs"]:
@@ -245,6 +246,18 @@ def precision(expr: Expr, inputs: dict) -> str:
             else:
                 leaf(v)
     return "float32" if kinds and all(k == np.float32 for k in kinds) else "float64"
+
+
+def as_float32(v):
+    """A float64 result (the evaluator's) in float32: arrays, scalars, pairs."""
+    if isinstance(v, tuple):
+        return tuple(as_float32(a) for a in v)
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        out = np.empty(v.shape, dtype=object)
+        for k in np.ndindex(v.shape):
+            out[k] = as_float32(v[k])
+        return out
+    return np.asarray(v, dtype=np.float32) if isinstance(v, np.ndarray) else np.float32(v)
 
 
 def _relation_arrays(dense: np.ndarray, perm, ptrs, cols):
