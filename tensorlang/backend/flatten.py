@@ -126,12 +126,24 @@ def _split_type(t):
     return TensorT(t.extent, a), TensorT(t.extent, b)
 
 
+def _closed(e0: Expr, binds: list) -> bool:
+    """May ``e0`` become a top-level binding?  No free index variable, and every
+    free variable an input or a top-level binding (not a local let)."""
+    if free_indices(e0):
+        return False
+    top = {v for v, _ in binds}
+    return all(x.uid == 0 or x in top for x in free_vars(e0))
+
+
 def _rhs(e: Expr, binds: list, top: bool = True) -> Expr:
     """A right-hand side: gens of a scalar, or an alias."""
     match e:
         case Let(var=v, value=e0, body=e1) if v not in free_vars(e1):
             return _rhs(e1, binds, top)
-        case Let(var=v, value=e0, body=e1) if not free_indices(e0):
+        case Let(var=v, value=e0, body=e1) if _closed(e0, binds) and _pairlike(v.type):
+            rep = _bind_pair(_value(e0, binds, {}), v, binds)  # pair elimination (Fig. 8)
+            return _rhs(subst(e1, vals={v: _wrap(rep, v.type)}), binds, top)
+        case Let(var=v, value=e0, body=e1) if _closed(e0, binds):
             binds.append((v, _rhs(e0, binds)))
             return _rhs(e1, binds, top)
         case Gen(var=i, extent=n, body=b):
@@ -229,10 +241,10 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
                 w0, w1 = fresh_var(v.name + "0", v.type.fst), fresh_var(v.name + "1", v.type.snd)
                 body = subst(e1, vals={v: Pair(w0, w1)})
                 out = Let(w0, _scalar(pv.fst, binds, memo), Let(w1, _scalar(pv.snd, binds, memo), _scalar(body, binds, memo)))
-            elif _pairlike(v.type) and not free_indices(e0):  # pair elimination (Fig. 8)
+            elif _pairlike(v.type) and _closed(e0, binds):  # pair elimination (Fig. 8)
                 rep = _bind_pair(_value(e0, binds, memo), v, binds)
                 out = _scalar(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
-            elif not free_indices(e0):
+            elif _closed(e0, binds):
                 binds.append((v, _rhs(e0, binds)))
                 out = _scalar(e1, binds, memo)
             elif _uses_below(e1, v, False) == (1, False):
@@ -297,8 +309,8 @@ def _value(e: Expr, binds: list, memo: dict) -> Expr:
             return Access(a2, ix)
         case Let(var=v, value=e0, body=e1) if v not in free_vars(e1):
             return _value(e1, binds, memo)
-        case Let(var=v, value=e0, body=e1) if not free_indices(e0):
-            if isinstance(v.type, PairT):
+        case Let(var=v, value=e0, body=e1) if _closed(e0, binds):
+            if _pairlike(v.type):  # a pair, or a tensor of pairs (struct of arrays)
                 rep = _bind_pair(_value(e0, binds, memo), v, binds)
                 return _value(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
             binds.append((v, _rhs(e0, binds)))
@@ -330,6 +342,9 @@ def _access(base: Expr, idx: list, binds: list, memo: dict) -> Expr:
     base = _value(base, binds, memo)
     if idx and isinstance(base, Let):  # (let v = e0 in e1)[a] = let v = e0 in e1[a]
         return _scalar(Let(base.var, base.value, _access_expr(base.body, idx)), binds, memo)
+    if idx and isinstance(base, Access):  # (e[a])[b] = e[a][b]: one access chain
+        b0, ix0 = accesses(base)
+        return _access(b0, list(ix0) + idx, binds, memo)
     while idx and isinstance(base, (Gen, Iverson)):
         if isinstance(base, Iverson):
             return _scalar(Iverson(base.pred, _access_expr(base.body, idx)), binds, memo)
