@@ -4,9 +4,13 @@ A small subset of the normal-form passes (paper Section 5: let-lifting,
 Fig. 7; gen pushout, Fig. 9), enough that everyday programs compile even
 without ``tl.normalize``:
 
-* a closed tensor-valued ``let`` (no free index variables) is lifted to the
-  top-level let-block (5.1-5.10); a scalar ``let`` stays (it becomes a
-  scalar local in the kernel);
+* a closed tensor-valued ``let`` (no free index variable, no free local
+  variable) is lifted to the top-level let-block (5.1-5.10); a scalar
+  ``let`` stays (it becomes a scalar local in the kernel); a tensor ``let``
+  under a loop stays too (a local array computed per iteration), unless its
+  one use is not under a further loop (then it is substituted);
+* pairs and tensors of pairs are split into struct of arrays (Fig. 8), and
+  a ``let`` around a pair is pushed into both components;
 * ``(gen[i:n] e)[a]`` becomes ``e[i := a]`` (rule 4.7 then 4.11: the access
   selects one element; this never adds work, and the evaluator would compute
   the whole generator);
@@ -14,7 +18,8 @@ without ``tl.normalize``:
 * ``π_k (e0, e1)`` becomes ``e_k``; a tensor-valued right-hand side that is
   not a generator is eta-expanded (``A[0]`` -> ``gen[j:n] A[0][j]``).
 
-Anything else is left alone (the caller then reports UnsupportedError).
+Called only by ``prepare.prepare``; anything it cannot bring into the
+grammar is an UnsupportedError naming the sub-expression.
 """
 
 from __future__ import annotations
