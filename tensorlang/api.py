@@ -287,12 +287,15 @@ def register_function(
     partials: Callable[..., Sequence[Expr]],
     *,
     replace: bool = False,
+    numba: Callable | None = None,
 ) -> Callable[..., Expr]:
     """Register a black-box scalar function with its partial derivatives.
 
     ``partials(*args)`` receives the argument expressions and returns one IR
-    expression per argument (build them with this API).  Returns a
-    constructor ``f(*args) -> Expr``.
+    expression per argument (build them with this API).  ``numba``: a plain
+    Python function of floats that ``numba.njit`` compiles, used by compiled
+    kernels (default: the backend njits ``numpy``, and refuses the program at
+    compile time if Numba cannot).  Returns a constructor ``f(*args) -> Expr``.
     """
     _name(name, "function")
 
@@ -305,7 +308,7 @@ def register_function(
                 raise TypeCheckError(f"partial of {name} must be a scalar expression, got {describe(p)}")
         return ps
 
-    F.register(F.FunctionDef(name, arity, numpy, sympy, checked_partials), replace=replace)
+    F.register(F.FunctionDef(name, arity, numpy, sympy, checked_partials, numba=numba), replace=replace)
 
     def make(*args):
         if len(args) != arity:

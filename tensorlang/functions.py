@@ -28,6 +28,9 @@ class FunctionDef:
     partials: Callable  # tuple[Expr] -> tuple[Expr]: d f / d arg_k at args
     # Where the function is defined; the evaluator reports domain errors.
     domain: str = "all reals"
+    # A plain Python scalar function of floats that ``numba.njit`` compiles
+    # (the backend calls it from kernels); None: the backend njits ``numpy``
+    # when Numba can, else refuses the program at compile time.
     numba: Callable | None = None
 
 

@@ -3,21 +3,28 @@
 ``compile(expr, mode="sparse", threads=None)`` returns a :class:`Kernel`;
 ``kernel(**inputs)`` validates the inputs with the reference evaluator's
 ``prepare_inputs`` (names, shapes, size inference, relation data) and runs
-the compiled code.  Values are float64 throughout: float32 and integer
-inputs are accepted and converted to float64 (as the evaluator does);
-exact (sympy/object) inputs are rejected with an InputError.
+the compiled code.
 
-Programs outside the backend's input grammar (see
-``tensorlang.backend.fusion``) are first flattened
-(``tensorlang.backend.flatten``) and, if still outside, passed through
-``tl.normalize`` (and the simplifier) when those exist; what still does
-not fit is an UnsupportedError, never a wrong answer.
+The program goes through one kernel-preparation function
+(``prepare.prepare``) and is lowered (``lower.lower_program``) at compile
+time; what the backend cannot lower is an UnsupportedError then, naming the
+sub-expression.  Nothing falls back to the evaluator.
+
+Precision: when every real input given as an array (or NumPy scalar) is
+float32, the kernel computes in float32 and returns float32; otherwise
+(float64, integer or mixed inputs) it computes in float64, as NumPy
+promotes.  Python floats are "weak" (NumPy 2's rule): they never decide the
+precision.  Each precision is its own kernel (compiled on first use, its
+own cache entry).  Sizes must be at most ``domains.MAX_SIZE`` (2**40).
 
 ``threads``: None picks the parallel variant (``prange`` outer gen loops)
 when the kernel's outer gen domains hold at least ``PARALLEL_MIN`` points
 and the machine has at least ``PARALLEL_MIN_CPUS`` cores, else the serial
-one; 1 always runs serially; k > 1 runs the parallel
-variant on k threads.
+one; 1 always runs serially; k > 1 runs the parallel variant on k threads.
+The one exception to "compiled": a kernel whose in-bounds proof needed every
+size >= 1 (``x[n - 1]`` unguarded) is called with a zero size; the reference
+evaluator then decides (it reports the bad access, or computes the value
+when the access is never reached), since no proof covers the kernel there.
 """
 
 from __future__ import annotations
@@ -28,126 +35,137 @@ import threading
 import numpy as np
 
 from .. import bounds
-from ..errors import InputError, TensorLangError, UnsupportedError
-from ..ir import Expr, PairT, RealT, TensorT
-from ..typecheck import check_program, type_of
+from ..errors import InputError, TensorLangError
+from ..ir import Call, Expr, PairT, RealT, TensorT, input_vars, walk
+from ..typecheck import check_program
 from . import cache as _cache
+from .domains import MAX_SIZE
 
 PARALLEL_MIN = 1 << 15
 # On 2 cores the memory-bound kernels measured slower with prange than
 # serially (thread start-up, and cores shared with other work); threads=k
 # still asks for the parallel variant explicitly.
 PARALLEL_MIN_CPUS = 4
+DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
-def _candidates(expr: Expr):
-    """The program as given, flattened, then normalized (and simplified)."""
-    from .flatten import flatten
+def key_options(expr: Expr, mode: str, dtype: str) -> str:
+    """Everything besides the canonical program that decides the source:
+    mode, precision, tool versions and the code of the user functions it
+    calls (passed to ``cache.program_key`` in its ``mode`` argument)."""
+    import islpy
+    import numba
 
-    yield lambda: expr
-    yield lambda: flatten(expr)
-    for stage in _normalizers():
-        yield lambda stage=stage: flatten(stage(expr))
+    from ..functions import registered
+    from .scalars import fingerprint
 
-
-def _first(expr: Expr, use):
-    """``use(prog)`` for the first candidate form it accepts (see ``_candidates``)."""
-    first_error = None
-    for k, make in enumerate(_candidates(expr)):
-        try:
-            return use(make())
-        except UnsupportedError as exc:
-            first_error = first_error or exc
-        except TensorLangError:
-            if k < 2:  # the program's own error, not a normalizer's limit
-                raise
-    raise first_error
-
-
-def _to_backend_form(expr: Expr) -> Expr:
-    from .fusion import split_program
-
-    def check(prog):
-        split_program(prog)
-        return prog
-
-    return _first(expr, check)
+    parts = [mode, dtype, f"numba={numba.__version__}", f"islpy={islpy.VERSION_TEXT}"]
+    names = set()
+    for n in walk(expr):
+        if isinstance(n, Call):
+            f = n.fn
+            while f.startswith("D[") and f.endswith("]"):
+                f = f[2:-1]
+            names.add(f)
+    reg = registered()
+    for f in sorted(names):
+        if f in reg:
+            parts.append(f"{f}={fingerprint(f)}")
+    return "|".join(parts)
 
 
-def _lower(expr: Expr, mode: str):
-    from .lower import lower_program
+class _Variant:
+    """One precision of a kernel: its cache key, module, spec and source."""
 
-    return _first(expr, lambda prog: lower_program(prog, mode))
-
-
-def _normalizers():
-    """tl.normalize (and then the simplifier), when they exist."""
-    out = []
-    try:
-        from ..passes.pipeline import normalize
-    except ImportError:
-        return out
-    out.append(normalize)
-    try:
-        from ..passes.simplify import simplify
-    except ImportError:
-        return out
-    out.append(lambda e: simplify(normalize(e)))
-    return out
+    def __init__(self, key, module, spec, source, hit, ir=None):
+        self.key, self.module, self.spec, self.source, self.cache_hit, self.ir = key, module, spec, source, hit, ir
 
 
 class Kernel:
     """A compiled program.  ``kernel(**inputs)`` runs it; ``kernel.source`` is
-    the generated Python; ``kernel.loop_ir`` the loop IR (lowered on demand)."""
+    the generated Python (float64); ``kernel.loop_ir`` the loop IR."""
 
-    def __init__(self, expr: Expr, mode: str, threads, key: str, module, spec: dict, src: str, hit: bool):
+    def __init__(self, expr: Expr, mode: str, threads, prepared: Expr):
         self.expr = expr
         self.mode = mode
         self.threads = threads
-        self.key = key
-        self.module = module
-        self.spec = spec
-        self.source = src
-        self.cache_hit = hit
-        self._ir = None
+        self.prepared = prepared
+        self._lowered = None
+        self._variants: dict = {}
         self.python = False  # run the generated source as plain Python (tests)
         self._pool = threading.local()
 
+    def lowered(self):
+        if self._lowered is None:
+            from .lower import lower_program
+
+            self._lowered = lower_program(self.prepared, self.mode)
+        return self._lowered
+
+    def variant(self, dtype: str = "float64") -> _Variant:
+        got = self._variants.get(dtype)
+        if got is not None:
+            return got
+        from .codegen import source
+
+        if self.python:
+            ir, spec = self.lowered()
+            src = source(ir, dtype, cache=False)
+            ns: dict = {}
+            exec(compile_source(src, "<tensorlang kernel>", "exec"), ns)
+            got = _Variant(None, _PyModule(ns), spec, src, False, ir)
+        else:
+            key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype))
+            hit = _cache.load(key, self.prepared, self.mode)  # checked against the program's signature
+            if hit is not None:
+                got = _Variant(key, hit[0], hit[1], hit[2], True)
+            else:
+                ir, spec = self.lowered()
+                src = source(ir, dtype)
+                got = _Variant(key, _cache.store(key, src, spec), spec, src, False, ir)
+        self._variants[dtype] = got
+        return got
+
+    # the float64 variant's attributes (what tests and tools inspect)
+    source = property(lambda self: self.variant().source)
+    spec = property(lambda self: self.variant().spec)
+    key = property(lambda self: self.variant().key)
+    module = property(lambda self: self.variant().module)
+    cache_hit = property(lambda self: self.variant().cache_hit)
+
     @property
     def loop_ir(self):
-        if self._ir is None:
-            self._ir, _ = _lower(self.expr, self.mode)
-        return self._ir
+        return self.lowered()[0]
 
-    def _variant(self, sizes: dict):
+    def _function(self, mod, spec, sizes: dict):
         if self.python:
-            return self.module.kernel_serial.py_func, None
-        par = getattr(self.module, "kernel_parallel", None)
+            return mod.kernel_serial, None
+        par = getattr(mod, "kernel_parallel", None)
         if par is None or self.threads == 1:
-            return self.module.kernel_serial, None
+            return mod.kernel_serial, None
         if self.threads is None:
             work = 0
-            for dims in self.spec["work"]:
+            for dims in spec["work"]:
                 pts = 1
                 for terms, const in dims:
                     pts *= max(0, const + sum(c * sizes[s] for s, c in terms))
                 work = max(work, pts)
             if work < PARALLEL_MIN or (os.cpu_count() or 1) < PARALLEL_MIN_CPUS:
-                return self.module.kernel_serial, None
+                return mod.kernel_serial, None
             return par, None
         return par, int(self.threads)
 
-    def _temporaries(self, sizes: dict) -> list:
+    def _temporaries(self, spec, sizes: dict, dtype) -> list:
         """The let-bound temporaries, from a per-thread pool (reused across calls)."""
         pool = getattr(self._pool, "arrays", None)
         if pool is None:
             pool = self._pool.arrays = {}
         out = []
-        for name, dims in self.spec.get("temporaries", []):
+        for name, dims in spec.get("temporaries", []):
             shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
-            arr = pool.get(name)
+            arr = pool.get((name, dtype))
             if arr is None or arr.shape != shape:
-                arr = pool[name] = np.empty(shape, dtype=np.float64)
+                arr = pool[(name, dtype)] = np.empty(shape, dtype=dtype)
             out.append(arr)
         return out
 
@@ -156,28 +174,36 @@ class Kernel:
 
         for k, v in inputs.items():
             if isinstance(v, np.ndarray) and v.dtype == object:
-                raise InputError(f"input {k} is an object array; compiled kernels run in float64 (use tl.evaluate)")
+                raise InputError(f"input {k} is an object array; compiled kernels run in floating point (use tl.evaluate)")
         env, sizes, relations, _ = prepare_inputs(self.expr, inputs, exact=False)
         bounds.check_sizes(bounds.check_program(self.expr), sizes)  # constant accesses in range
-        if self.spec.get("needs_positive_sizes") and any(sizes[s] < 1 for s in self.spec["sizes"]):
-            # the in-bounds proof assumed every size >= 1: let the evaluator decide
+        big = [s for s, v in sizes.items() if v > MAX_SIZE]
+        if big:
+            raise InputError(f"size {big[0]} = {sizes[big[0]]} exceeds the compiled kernels' limit {MAX_SIZE}")
+        dname = precision(self.expr, inputs)
+        dtype = DTYPES[dname]
+        var = self.variant(dname)
+        spec = var.spec
+        if spec.get("needs_positive_sizes") and any(sizes[s] < 1 for s in spec["sizes"]):
+            # the in-bounds proof assumed every size >= 1 (see module doc)
             from ..evaluator import evaluate
 
-            return evaluate(self.expr, **inputs)
+            out = evaluate(self.expr, **inputs)
+            return as_float32(out) if dtype is np.float32 else out
         by_name = {v.name: val for v, val in env.items()}
-        args = [np.int64(sizes[s]) for s in self.spec["sizes"]]
-        for name, path, rank in self.spec["inputs"]:
+        args = [np.int64(sizes[s]) for s in spec["sizes"]]
+        for name, path, rank in spec["inputs"]:
             val = by_name[name]
             for k in path:
                 val = val[k]
-            args.append(np.ascontiguousarray(val, dtype=np.float64) if rank else float(val))
+            args.append(np.ascontiguousarray(val, dtype=dtype) if rank else dtype(val))
         rels = {r.name: d for r, d in relations.items()}
-        for name, perm, ptrs, cols in self.spec["relations"]:
+        for name, perm, ptrs, cols in spec["relations"]:
             args += _relation_arrays(rels[name], perm, ptrs, cols)
-        for name in self.spec.get("dense_relations", []):
+        for name in spec.get("dense_relations", []):
             args.append(np.ascontiguousarray(rels[name], dtype=np.bool_))
-        args += self._temporaries(sizes)
-        fn, threads = self._variant(sizes)
+        args += self._temporaries(spec, sizes, dtype)
+        fn, threads = self._function(var.module, spec, sizes)
         if threads is not None:
             import numba
 
@@ -187,9 +213,54 @@ class Kernel:
                 res = fn(*args)
             finally:
                 numba.set_num_threads(old)
+        elif self.python:
+            with np.errstate(all="ignore"):  # NumPy scalars: IEEE values, as in Numba
+                res = fn(*args)
         else:
             res = fn(*args)
-        return _aos(_rebuild(self.spec["outputs"], res), type_of(self.expr))
+        return _aos(_rebuild(spec["outputs"], res, dtype), type_of_expr(self.expr), dtype)
+
+
+def type_of_expr(expr):
+    from ..typecheck import type_of
+
+    return type_of(expr)
+
+
+def precision(expr: Expr, inputs: dict) -> str:
+    """'float32' when every real input given as an array or NumPy scalar is
+    float32 (Python numbers are weak), else 'float64'."""
+    kinds = []
+
+    def leaf(v):
+        if isinstance(v, (bool, int, float)):
+            return  # weak
+        kinds.append(np.asarray(v).dtype)
+
+    for var in input_vars(expr):
+        val = inputs.get(var.name)
+        if val is None:
+            continue
+        stack = [(val, var.type)]
+        while stack:
+            v, t = stack.pop()
+            if isinstance(t, PairT) and isinstance(v, (tuple, list)) and len(v) == 2:
+                stack += [(v[0], t.fst), (v[1], t.snd)]
+            else:
+                leaf(v)
+    return "float32" if kinds and all(k == np.float32 for k in kinds) else "float64"
+
+
+def as_float32(v):
+    """A float64 result (the evaluator's) in float32: arrays, scalars, pairs."""
+    if isinstance(v, tuple):
+        return tuple(as_float32(a) for a in v)
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        out = np.empty(v.shape, dtype=object)
+        for k in np.ndindex(v.shape):
+            out[k] = as_float32(v[k])
+        return out
+    return np.asarray(v, dtype=np.float32) if isinstance(v, np.ndarray) else np.float32(v)
 
 
 def _relation_arrays(dense: np.ndarray, perm, ptrs, cols):
@@ -212,20 +283,25 @@ def _relation_arrays(dense: np.ndarray, perm, ptrs, cols):
     return out
 
 
-def _aos(val, t):
+def _aos(val, t, dtype):
     """Struct-of-arrays results -> the evaluator's representation of a tensor of
     pairs (an object array of tuples), recursively."""
     if isinstance(t, PairT):
-        return (_aos(val[0], t.fst), _aos(val[1], t.snd))
+        return (_aos(val[0], t.fst, dtype), _aos(val[1], t.snd, dtype))
     if isinstance(t, TensorT) and _pairlike(t.elem):
         a, b = val
         out = np.empty(len(a), dtype=object)
         for k in range(len(a)):
-            out[k] = _aos((a[k], b[k]), t.elem)
+            out[k] = _aos((a[k], b[k]), t.elem, dtype)
         return out
     if isinstance(t, RealT) and isinstance(val, np.ndarray):
-        return float(val)
+        return _scalar(val, dtype)
     return val
+
+
+def _scalar(v, dtype):
+    """A scalar result: a Python float in float64, a np.float32 in float32."""
+    return float(v) if dtype is np.float64 else np.float32(v)
 
 
 def _pairlike(t) -> bool:
@@ -234,41 +310,24 @@ def _pairlike(t) -> bool:
     return isinstance(t, PairT)
 
 
-def _rebuild(spec, res):
+def _rebuild(spec, res, dtype):
     if spec[0] == "pair":
-        return (_rebuild(spec[1], res), _rebuild(spec[2], res))
+        return (_rebuild(spec[1], res, dtype), _rebuild(spec[2], res, dtype))
     v = res[spec[1]]
     if isinstance(v, np.ndarray):
         return v
-    return float(v)
-
-
-def python_kernel(expr: Expr, mode: str = "sparse") -> Kernel:
-    """The generated kernel run as plain Python (no Numba compilation, no disk
-    cache): the same source, for fast differential tests of the lowering."""
-    from .codegen import source
-
-    check_program(expr)
-    ir, spec = _lower(expr, mode)
-    src = source(ir)
-    ns: dict = {}
-    exec(compile_source(src.replace("cache=True", "cache=False"), "<tensorlang kernel>", "exec"), ns)
-    k = Kernel(expr, mode, 1, None, _PyModule(ns), spec, src, False)
-    k._ir = ir
-    k.python = True
-    return k
+    return _scalar(v, dtype)
 
 
 class _PyModule:
     def __init__(self, ns):
-        self.kernel_serial = ns["kernel_serial"]
+        self.kernel_serial = ns["kernel_serial"].py_func
 
 
 compile_source = compile  # the builtin, before the public name below shadows it
 
 
-def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: A001 - the public name
-    """Compile ``expr`` to a kernel (see module doc)."""
+def _check_options(expr, mode, threads):
     if mode not in ("sparse", "naive"):
         raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
@@ -277,16 +336,26 @@ def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: 
         raise TensorLangError(f"tl.compile needs a tensorlang expression, got {type(expr).__name__}")
     check_program(expr)
     bounds.check_program(expr)  # every access proven in range, or refused
-    key = _cache.program_key(expr, mode)
-    got = _cache.load(key, expr, mode)  # checks the entry against this program's signature
-    if got is not None:
-        mod, spec, src = got
-        return Kernel(expr, mode, threads, key, mod, spec, src, True)
-    from .codegen import source
 
-    ir, spec = _lower(expr, mode)
-    src = source(ir)
-    mod = _cache.store(key, src, spec)
-    k = Kernel(expr, mode, threads, key, mod, spec, src, False)
-    k._ir = ir
+
+def python_kernel(expr: Expr, mode: str = "sparse") -> Kernel:
+    """The generated kernel run as plain Python (no Numba compilation, no disk
+    cache): the same source, for fast differential tests of the lowering."""
+    from .prepare import prepare
+
+    _check_options(expr, mode, 1)
+    k = Kernel(expr, mode, 1, prepare(expr))
+    k.python = True
+    k.variant()
+    return k
+
+
+def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: A001 - the public name
+    """Compile ``expr`` to a kernel (see module doc); the float64 kernel is
+    built now, so a program the backend cannot lower is refused here."""
+    from .prepare import prepare
+
+    _check_options(expr, mode, threads)
+    k = Kernel(expr, mode, threads, prepare(expr))
+    k.variant("float64")
     return k

@@ -16,29 +16,24 @@ Uses :class:`tensorlang.isl_bridge.Names` for predicate text.
 
 from __future__ import annotations
 
-import re
-
 import islpy as isl
 
 from ..errors import TensorLangError, UnsupportedError, describe
-from ..ir import TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, SizeVar, conj
+from ..ir import TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, conj
 from ..isl_bridge import Names
+from . import kir as K
+from .astgen import expr_of, int_literal
 
-_IDENT = re.compile(r"[^A-Za-z0-9]")
-
-
-def py_ident(name: str) -> str:
-    return _IDENT.sub("_", name) or "v"
-
-
-def size_name(s: SizeVar) -> str:
-    return "sz_" + py_ident(s.name)
+# Sizes a kernel accepts (checked at call time): a bound isl may use, so that
+# guards with huge offsets (``i + 2**70 < n``) are decided at compile time and
+# every integer left in a kernel fits int64.
+MAX_SIZE = 1 << 40
 
 
 class Scope:
     """Names and known constraints at one program point.
 
-    ``symmap`` maps Sym (SizeVar, IndexVar) -> Python/isl name; ``params`` are
+    ``symmap`` maps Sym (SizeVar, IndexVar) -> kernel/isl name (allocator-made); ``params`` are
     the isl parameter names (sizes and enclosing index variables); ``cons``
     are isl constraint texts over them.
     """
@@ -168,3 +163,48 @@ def ast_for(scope: Scope, dims: list, cons: list):
     sched = isl.Map(f"{scope.header()} -> {{ S[{', '.join(dims)}] -> [{', '.join(dims)}] }}").intersect_domain(dom)
     build = isl.AstBuild.from_context(isl.Set(scope.context_text()))
     return build.node_from_schedule_map(isl.UnionMap.from_map(sched))
+
+
+# -- affine expressions and tests as kernel IR ------------------------------------------
+
+
+def aff_expr(a: Aff, scope: Scope) -> K.KExpr:
+    """Signature: aff_expr : Aff -> kernel-IR integer expression."""
+    out = None
+    for s, c in a.terms:
+        name = scope.symmap.get(s)
+        if name is None:
+            raise UnsupportedError(f"index {a} mentions {s!r}, which is not bound here")
+        term = K.Name(name) if abs(c) == 1 else K.IBin("*", int_literal(abs(c)), K.Name(name))
+        if out is None:
+            out = term if c > 0 else K.IBin("-", K.Int(0), term)
+        else:
+            out = K.IBin("+" if c > 0 else "-", out, term)
+    if out is None:
+        return int_literal(a.const)
+    return K.int_add(out, int_literal(a.const)) if a.const else out
+
+
+def in_range(a: K.KExpr, n: K.KExpr) -> K.KExpr:
+    return K.BoolOp("and", (K.Cmp("<=", K.Int(0), a), K.Cmp("<", a, n)))
+
+
+def affine_test(sc: Scope, p):
+    """The affine predicate ``p`` simplified against the scope's constraints:
+    ``Bool`` when decided, else isl's own expression of the gisted set; None
+    if isl cannot take it."""
+    import islpy as isl
+
+    try:
+        ctx = isl.Set(sc.context_text())
+        test = isl.Set(f"{sc.header()} -> {{ : {sc.pred(p)} }}")
+    except (isl.Error, UnsupportedError):
+        return None
+    if ctx.is_subset(test):
+        return K.Bool(True)
+    if (test & ctx).is_empty():
+        return K.Bool(False)
+    g = test.coalesce().gist(ctx).coalesce()
+    if g.n_basic_set() > 8:  # isl's disjunctive form can grow: test the original then
+        return None
+    return expr_of(isl.AstBuild.from_context(ctx).expr_from_set(g), {})

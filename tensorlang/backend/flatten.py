@@ -4,9 +4,13 @@ A small subset of the normal-form passes (paper Section 5: let-lifting,
 Fig. 7; gen pushout, Fig. 9), enough that everyday programs compile even
 without ``tl.normalize``:
 
-* a closed tensor-valued ``let`` (no free index variables) is lifted to the
-  top-level let-block (5.1-5.10); a scalar ``let`` stays (it becomes a
-  scalar local in the kernel);
+* a closed tensor-valued ``let`` (no free index variable, no free local
+  variable) is lifted to the top-level let-block (5.1-5.10); a scalar
+  ``let`` stays (it becomes a scalar local in the kernel); a tensor ``let``
+  under a loop stays too (a local array computed per iteration), unless its
+  one use is not under a further loop (then it is substituted);
+* pairs and tensors of pairs are split into struct of arrays (Fig. 8), and
+  a ``let`` around a pair is pushed into both components;
 * ``(gen[i:n] e)[a]`` becomes ``e[i := a]`` (rule 4.7 then 4.11: the access
   selects one element; this never adds work, and the evaluator would compute
   the whole generator);
@@ -14,7 +18,8 @@ without ``tl.normalize``:
 * ``π_k (e0, e1)`` becomes ``e_k``; a tensor-valued right-hand side that is
   not a generator is eta-expanded (``A[0]`` -> ``gen[j:n] A[0][j]``).
 
-Anything else is left alone (the caller then reports UnsupportedError).
+Called only by ``prepare.prepare``; anything it cannot bring into the
+grammar is an UnsupportedError naming the sub-expression.
 """
 
 from __future__ import annotations
@@ -126,12 +131,24 @@ def _split_type(t):
     return TensorT(t.extent, a), TensorT(t.extent, b)
 
 
+def _closed(e0: Expr, binds: list) -> bool:
+    """May ``e0`` become a top-level binding?  No free index variable, and every
+    free variable an input or a top-level binding (not a local let)."""
+    if free_indices(e0):
+        return False
+    top = {v for v, _ in binds}
+    return all(x.uid == 0 or x in top for x in free_vars(e0))
+
+
 def _rhs(e: Expr, binds: list, top: bool = True) -> Expr:
     """A right-hand side: gens of a scalar, or an alias."""
     match e:
         case Let(var=v, value=e0, body=e1) if v not in free_vars(e1):
             return _rhs(e1, binds, top)
-        case Let(var=v, value=e0, body=e1) if not free_indices(e0):
+        case Let(var=v, value=e0, body=e1) if _closed(e0, binds) and _pairlike(v.type):
+            rep = _bind_pair(_value(e0, binds, {}), v, binds)  # pair elimination (Fig. 8)
+            return _rhs(subst(e1, vals={v: _wrap(rep, v.type)}), binds, top)
+        case Let(var=v, value=e0, body=e1) if _closed(e0, binds):
             binds.append((v, _rhs(e0, binds)))
             return _rhs(e1, binds, top)
         case Gen(var=i, extent=n, body=b):
@@ -229,15 +246,28 @@ def _scalar(e: Expr, binds: list, memo: dict) -> Expr:
                 w0, w1 = fresh_var(v.name + "0", v.type.fst), fresh_var(v.name + "1", v.type.snd)
                 body = subst(e1, vals={v: Pair(w0, w1)})
                 out = Let(w0, _scalar(pv.fst, binds, memo), Let(w1, _scalar(pv.snd, binds, memo), _scalar(body, binds, memo)))
-            elif not free_indices(e0):
+            elif _pairlike(v.type) and _closed(e0, binds):  # pair elimination (Fig. 8)
+                rep = _bind_pair(_value(e0, binds, memo), v, binds)
+                out = _scalar(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
+            elif _closed(e0, binds):
                 binds.append((v, _rhs(e0, binds)))
                 out = _scalar(e1, binds, memo)
             elif _uses_below(e1, v, False) == (1, False):
                 # one use, not under a further loop: substituting computes at most
                 # the one element the use reads (the let computed them all)
                 out = _scalar(subst(e1, vals={v: e0}), binds, memo)
+            elif isinstance(v.type, TensorT) and not _pairlike(v.type):
+                # otherwise a local array computed per iteration of the loops around
+                rhs = _rhs(e0, binds, False)
+                if _alias(rhs):
+                    out = _scalar(subst(e1, vals={v: rhs}), binds, memo)
+                else:
+                    out = Let(v, rhs, _scalar(e1, binds, memo))
+            elif _pairlike(v.type):
+                rep = _bind_local_pair(_value(e0, binds, memo), v, binds, memo)
+                out = _scalar(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
             else:
-                raise UnsupportedError(f"the backend cannot lower the tensor let {describe(e)} under a loop")
+                raise UnsupportedError(f"the backend cannot lower the let {describe(e)} under a loop")
         case Access():
             base, idx = accesses(e)
             out = _access(base, list(idx), binds, memo)
@@ -284,20 +314,42 @@ def _value(e: Expr, binds: list, memo: dict) -> Expr:
             return Access(a2, ix)
         case Let(var=v, value=e0, body=e1) if v not in free_vars(e1):
             return _value(e1, binds, memo)
-        case Let(var=v, value=e0, body=e1) if not free_indices(e0):
-            if isinstance(v.type, PairT):
+        case Let(var=v, value=e0, body=e1) if _closed(e0, binds):
+            if _pairlike(v.type):  # a pair, or a tensor of pairs (struct of arrays)
                 rep = _bind_pair(_value(e0, binds, memo), v, binds)
                 return _value(subst(e1, vals={v: _wrap(rep, v.type)}), binds, memo)
             binds.append((v, _rhs(e0, binds)))
             return _value(e1, binds, memo)
-        case Var() | Const() | Gen() | Let() | Add() | Mul() | Call() | Sum():
+        case Let(var=v, value=e0, body=e1):
+            # a let under a loop: a pair in its body is pushed out of it
+            # (each component keeps the binding; CSE shares its value)
+            b2 = _value(e1, binds, memo)
+            if isinstance(b2, Pair):
+                return Pair(Let(v, e0, b2.fst), Let(v, e0, b2.snd))
+            return e
+        case Var() | Const() | Gen() | Add() | Mul() | Call() | Sum():
             return e  # nothing to push out: the caller decides
         case _:
             raise UnsupportedError(f"not a value expression: {e!r}")
 
 
+def _bind_local_pair(v: Expr, var: Var, binds: list, memo: dict) -> Expr:
+    """A pair value under a loop: each component substituted (it is a pair
+    expression of aliases or tensors the accesses then select from)."""
+    if _alias(v) or not isinstance(v, Pair):
+        if _alias(v):
+            return v
+        raise UnsupportedError(f"the backend cannot lower the pair-valued let {describe(var)} = {describe(v)} under a loop")
+    return Pair(v.fst, v.snd)
+
+
 def _access(base: Expr, idx: list, binds: list, memo: dict) -> Expr:
     base = _value(base, binds, memo)
+    if idx and isinstance(base, Let):  # (let v = e0 in e1)[a] = let v = e0 in e1[a]
+        return _scalar(Let(base.var, base.value, _access_expr(base.body, idx)), binds, memo)
+    if idx and isinstance(base, Access):  # (e[a])[b] = e[a][b]: one access chain
+        b0, ix0 = accesses(base)
+        return _access(b0, list(ix0) + idx, binds, memo)
     while idx and isinstance(base, (Gen, Iverson)):
         if isinstance(base, Iverson):
             return _scalar(Iverson(base.pred, _access_expr(base.body, idx)), binds, memo)

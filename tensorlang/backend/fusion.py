@@ -37,6 +37,7 @@ from ..ir import (
     Proj,
     RealT,
     Sum,
+    TensorT,
     Var,
     accesses,
     fresh_var,
@@ -75,6 +76,10 @@ def scalar_ok(e: Expr) -> bool:
             case Access():
                 base, _ = accesses(e)
                 ok = is_alias(base) and isinstance(type_of(e), RealT)
+            case Let(var=v, value=e0, body=e1) if isinstance(v.type, TensorT):
+                # a tensor let under a loop: gens of a scalar, a local array
+                g, b = gens(e0)
+                ok = bool(g) and isinstance(type_of(b), RealT) and scalar_ok(b) and scalar_ok(e1)
             case Let(var=v, value=e0, body=e1):
                 ok = isinstance(v.type, RealT) and scalar_ok(e0) and scalar_ok(e1)
             case Gen() | Pair():

@@ -12,7 +12,7 @@ whose black-box functions overflow.)
 from __future__ import annotations
 
 from ..errors import UnsupportedError, describe
-from ..ir import TRUE, Access, Add, BoolLit, Call, Const, Expr, Iverson, Let, Mul, Or, Proj, Sum, Var, conj
+from ..ir import TRUE, Access, Add, BoolLit, Call, Const, Expr, Gen, Iverson, Let, Mul, Or, Proj, Sum, Var, conj
 
 
 def split_bracket(e: Expr):
@@ -52,6 +52,8 @@ def hoist(e: Expr, memo=None) -> Expr:
             out = Call(f, tuple(hoist(a, memo) for a in args))
         case Sum(var=i, extent=n, body=b):
             out = Sum(i, n, hoist(b, memo))
+        case Gen(var=i, extent=n, body=b):  # the value of a tensor let under a loop
+            out = Gen(i, n, hoist(b, memo))
         case Let(var=v, value=e0, body=e1):
             out = Let(v, hoist(e0, memo), hoist(e1, memo))
         case _:
@@ -110,7 +112,7 @@ def _subterms(x):
             return (a, b)
         case Call(args=args):
             return args
-        case Sum(body=b) | Iverson(body=b):
+        case Sum(body=b) | Iverson(body=b) | Gen(body=b):
             return (b,)
         case _:
             return ()

@@ -4,75 +4,76 @@ Paper Section 4.3: affine predicates become narrowed loop bounds and sums
 become accumulations.  The loop IR is deliberately small (loops, ifs,
 assignments, array stores, accumulations, allocations) so tests can inspect
 what a kernel does (loop nests, bounds, temporaries) without parsing source.
-Index and value expressions are kept as Python source strings: they are
-produced once (from isl AST expressions and from the scalar IR) and only
-printed afterwards.
+Statements are frozen; their index and value expressions are typed kernel-IR
+nodes (``kir.py``), printed to Python only by ``codegen.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .kir import KExpr
 
-@dataclass
+
+@dataclass(frozen=True)
 class Loop:
     """``for var in range(lo, hi, step)``; ``kind`` is 'gen', 'sum', 'rel' or 'exists'."""
 
     var: str
-    lo: str
-    hi: str  # exclusive
+    lo: KExpr
+    hi: KExpr  # exclusive
     step: int
-    body: list
+    body: tuple
     kind: str
     parallel: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class If:
-    cond: str
-    then: list
-    orelse: list = field(default_factory=list)
+    cond: KExpr
+    then: tuple
+    orelse: tuple = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Assign:
     """``target = value`` (a scalar local: index, accumulator or temporary)."""
 
     target: str
-    value: str
+    value: KExpr
 
 
-@dataclass
+@dataclass(frozen=True)
 class AccAdd:
     """``target += value`` (a sum's scalar accumulator)."""
 
     target: str
-    value: str
+    value: KExpr
 
 
-@dataclass
+@dataclass(frozen=True)
 class Store:
     """``array[index...] = value`` (a gen writes its own output element)."""
 
     array: str
-    index: tuple
-    value: str
+    index: tuple  # kir index expressions (the gen block's own loop variables)
+    value: KExpr
 
 
-@dataclass
+@dataclass(frozen=True)
 class Break:
     pass
 
 
-@dataclass
+@dataclass(frozen=True)
 class Alloc:
     """A kernel-allocated array: an output or a let-bound temporary."""
 
     name: str
-    shape: tuple  # Python source of each extent (in sizes)
+    shape: tuple  # kir integer expression of each extent (in sizes)
     zero: bool  # zero-initialised (the domain does not cover the array)
     role: str  # 'output' or 'temporary'
-    binding: str  # the let variable it holds
+    binding: str  # the let variable it holds (its user name: documentation only)
     pooled: bool = False  # a temporary passed in by the caller, reused across calls
 
 
@@ -80,11 +81,12 @@ class Alloc:
 class KernelIR:
     """One compiled program: arguments, allocations, statements, results."""
 
-    args: list  # Python names in call order
+    args: list  # allocator names in call order
     allocs: list  # [Alloc]
     body: list  # statements (allocations are emitted where they occur)
-    results: list  # Python expressions returned, flattened
-    helpers: set = field(default_factory=set)  # helper functions the body uses
+    results: list  # kir expressions returned, flattened (Name, or Load-free copies)
+    functions: dict = field(default_factory=dict)  # allocator name -> registered function name
+    copies: set = field(default_factory=set)  # result names returned as copies (input arrays)
 
 
 def walk_stmts(stmts):

@@ -9,21 +9,25 @@ iterations).  A relation conjunct ``R(a.., j..)`` whose trailing arguments
 are block indices is iterated over the relation's sorted coordinates
 (CSR-like); other relational conjuncts are tested in the loop body.  With
 ``mode="naive"`` every block runs over its full box and tests its predicate
-inside (the naive baseline).
+inside (the naive baseline).  A tensor ``let`` under a loop is a local array
+computed per iteration of the loops around it.
 
 Brackets are first hoisted through products and merged (``[p]·a · [q]·b =
 [p ∧ q]·(a·b)``, the bracket's value being zero where ``p`` fails, Fig. 4
 rule 4.12), so a bracket deep in a product still narrows its loops.
 
 Every array access is proven in bounds with isl before any code exists.
+Every name in the kernel comes from one :class:`~.kir.NameAllocator`, in the
+order the canonical program is traversed: no user name reaches the source,
+which is therefore a function of the cache key alone.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 
-from ..functions import expand_derivative
 from ..errors import TensorLangError, UnsupportedError, describe
+from ..functions import expand_derivative, lookup
 from ..ir import (
     Access,
     Add,
@@ -56,44 +60,21 @@ from ..ir import (
     size_vars,
     sums,
 )
+from . import kir as K
 from .astgen import to_loops
+from .domains import MAX_SIZE, Scope, aff_expr, affine_test, ast_for, box_cons, conjuncts, covers, has_rel, in_range, prove_access
 from .hoist import hoist, occurrences, split_bracket
-from .domains import (
-    Scope,
-    ast_for,
-    box_cons,
-    conjuncts,
-    covers,
-    has_rel,
-    prove_access,
-    py_ident,
-    size_name,
-)
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
+from .scalars import builtin, check_compiles, power_exponent
+from .temps import bound_depth
 
 
-# -- scalar functions ---------------------------------------------------------------
-
-_FN = {
-    "exp": "np.exp({0})",
-    "log": "np.log({0})",
-    "sin": "np.sin({0})",
-    "cos": "np.cos({0})",
-    "tanh": "np.tanh({0})",
-    "sqrt": "np.sqrt({0})",
-    "div": "({0} / {1})",
-    "sigmoid": "(1.0 / (1.0 + np.exp(-({0}))))",
-}
-
-
-def _const_code(v) -> str:
-    x = float(v)
-    if math.isfinite(x):
-        return repr(x)
-    return "np.nan" if math.isnan(x) else ("np.inf" if x > 0 else "(-np.inf)")
-
-
-# -- the lowerer --------------------------------------------------------------------
+def const_value(v, node) -> float:
+    """A constant's exact float (ints beyond float range are refused)."""
+    try:
+        return float(v)
+    except OverflowError:
+        raise TensorLangError(f"the constant {describe(node)} does not fit a float64") from None
 
 
 class Lowerer:
@@ -101,43 +82,51 @@ class Lowerer:
         if mode not in ("sparse", "naive"):
             raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
         self.mode = mode
-        self._count = 0
+        self.names = K.NameAllocator()
         # (Relation, column order) -> {"ptrs": prefix lengths, "cols": columns}
         self.rel_use: dict = {}
-        self.dense_rels: set = set()  # relations tested through their dense table
-        self.helpers: set = set()
+        self.rel_names: dict = {}  # Relation -> allocator name
+        self.dense_rels: list = []  # relations tested through their dense table
+        self.functions: dict = {}  # registered name -> allocator name
         self.allocs: list = []
-        # sizes and inputs
         svs = set(size_vars(program))
         for r in relations_of(program):
             for a in r.extents:
                 svs |= a.size_vars()
+            self._rel(r)
         self.sizes = sorted(svs, key=lambda s: s.name)
-        symmap = {s: size_name(s) for s in self.sizes}
-        params = [size_name(s) for s in self.sizes]
-        cons = [f"{p} >= 0" for p in params]
+        symmap = {s: self.names.new("size") for s in self.sizes}
+        params = [symmap[s] for s in self.sizes]
+        # sizes are bounded at call time (MAX_SIZE), so isl decides guards
+        # with huge offsets and no literal beyond int64 reaches a kernel
+        cons = [f"0 <= {p} <= {MAX_SIZE}" for p in params]
         self.scope0 = Scope(symmap, params, cons, {"positive": list(params), "needs_positive": False})
-        self.leaves: dict = {}  # (Var, path) -> (python name, extents)
-        used: set = set()
+        self.leaves: dict = {}  # (Var, path) -> (kernel name, extents)
         for v in input_vars(program):
             for path, t in _leaves(v.type):
                 ext = shape_of(t)
                 if not isinstance(_elem(t), RealT):
                     raise UnsupportedError(f"input {v.name} has an array-of-structs type {v.type}")
-                name = "a_" + py_ident(v.name) + "".join(f"_{k}" for k in path)
-                while name in used:  # names that differ only in punctuation
-                    name += "_"
-                used.add(name)
-                self.leaves[(v, path)] = (name, ext)
+                self.leaves[(v, path)] = (self.names.new("input"), ext)
                 cons += [f"{self.scope0.aff(n)} >= 0" for n in ext]
         for r in relations_of(program):
             cons += [f"{self.scope0.aff(n)} >= 0" for n in r.extents]
-        self.arrays: dict = {}  # let Var -> (python name, extents)
-        self.scalars: dict = {}  # let Var -> python name
+        self.arrays: dict = {}  # let Var -> (kernel name, extents)
+        self.scalars: dict = {}  # let Var -> kernel name
 
-    def fresh(self, base: str) -> str:
-        self._count += 1
-        return f"{py_ident(base)}_{self._count}"
+    def local(self) -> str:
+        return self.names.new("local")
+
+    def _rel(self, r) -> str:
+        if r not in self.rel_names:
+            self.rel_names[r] = self.names.new("relation")
+        return self.rel_names[r]
+
+    def rel_name(self, r, perm) -> str:
+        base = self._rel(r)
+        if not perm or perm == tuple(range(len(perm))):
+            return base
+        return base + "_t" + "_".join(map(str, perm))
 
     # -- bindings ----------------------------------------------------------------------
     def binding(self, x: Var, rhs: Expr, role: str) -> list:
@@ -147,19 +136,25 @@ class Lowerer:
         self.cse, self._keep = {}, []
         if not gb:
             st, code = self.scalar(body, self.scope0)
-            name = self.fresh("s_" + x.name)
+            name = self.local()
             self.scalars[x] = name
             return st + [Assign(name, code)]
-        name = self.fresh("t_" + x.name)
+        return self.array_binding(x, gb, body, self.scope0, role)
+
+    def array_binding(self, x: Var, gb, body, scope: Scope, role: str) -> list:
+        """``x = gen[gb] body`` into a kernel array (top level, or per iteration
+        of the loops around a tensor let)."""
+        name = self.names.new("array")
         ext = [n for _, n in gb]
         p, s = split_bracket(body)
 
         def emit(sc, dims):
             st, code = self.scalar(s, sc)
-            return st + [Store(name, tuple(_uindex(d) for d in dims), code)]
+            return st + [Store(name, tuple(K.Name(d) for d in dims), code)]
 
-        stmts, full = self.block(gb, p, self.scope0, emit, "gen")
-        alloc = Alloc(name, tuple(self.py_aff(n, self.scope0) for n in ext), not full, role, x.name)
+        stmts, full = self.block(gb, p, scope, emit, "gen")
+        pooled = role == "temporary" and scope is self.scope0
+        alloc = Alloc(name, tuple(aff_expr(n, self.scope0) for n in ext), not full, role, x.name, pooled)
         self.allocs.append(alloc)
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
@@ -167,7 +162,7 @@ class Lowerer:
     # -- blocks ---------------------------------------------------------------------------
     def block(self, binds, p, scope: Scope, emit, kind: str):
         """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box)."""
-        names = [self.fresh(i.name) for i, _ in binds]
+        names = [self.names.new("index") for _ in binds]
         syms = {i: nm for (i, _), nm in zip(binds, names)}
         sc = scope.child(syms)
         box = box_cons(names, [n for _, n in binds], sc)
@@ -189,16 +184,16 @@ class Lowerer:
         body = emit(body_scope, names)
         if tests:
             tst, tcode = self.pred_code(conj(*tests), inner)
-            if tcode != "True":
-                body = tst + [If(tcode, body)] if tcode != "False" else []
+            if tcode != K.Bool(True):
+                body = tst + [If(tcode, tuple(body))] if tcode != K.Bool(False) else []
         if driver is None:
             stmts = to_loops(ast_for(scope, names, box + dom), names, body, kind)
             full = not tests and not dom or (not tests and covers(scope, names, box, dom))
         else:
-            stmts = self._driven(driver, names, syms, scope, sc, box + dom, body, kind)
+            stmts = self._driven(driver, names, syms, scope, box + dom, body, kind)
             full = False
         if kind == "gen" and scope is self.scope0:
-            _mark_parallel(stmts)
+            stmts = _mark_parallel(stmts)
         return stmts, full
 
     def _drivable(self, rel: Rel, names, syms):
@@ -229,9 +224,9 @@ class Lowerer:
             use["ptrs"].add(ptr)
         if col is not None:
             use["cols"].add(col)
-        return _rel_name(r, perm)
+        return self.rel_name(r, perm)
 
-    def _driven(self, rel: Rel, names, syms, scope: Scope, sc: Scope, cons, body, kind):
+    def _driven(self, rel: Rel, names, syms, scope: Scope, cons, body, kind):
         perm, L = self._drivable(rel, names, syms)
         r = rel.rel
         args = [rel.args[k] for k in perm]
@@ -239,74 +234,62 @@ class Lowerer:
         nm = self._use_rel(r, perm, ptr=L)
         driven = [syms[a.terms[0][0]] for a in args[L:]]
         rest = [d for d in names if d not in driven]
-        rows = self._row_code(args[:L], exts[:L], scope)
-        pvar = self.fresh("p")
+        rows = self._rows(args[:L], exts[:L], scope)
+        pvar = self.names.new("index")
         assigns = []
         for k, d in enumerate(driven):
             self._use_rel(r, perm, col=L + k)
-            assigns.append(Assign(d, f"{nm}_c{L + k}[{pvar}]"))
+            assigns.append(Assign(d, K.Load(f"{nm}_c{L + k}", (K.Name(pvar),), unsigned=False)))
         dscope = scope.child(
             {i: syms[i] for i in syms if syms[i] in driven},
             params=driven,
             cons=[f"0 <= {d} < {scope.aff(n)}" for d, n in zip(driven, exts[L:])],
         )
         inner = to_loops(ast_for(dscope, rest, cons), rest, body, kind)
-        ptr = f"{nm}_ptr{L}"
-        loop = Loop(pvar, f"{ptr}[{rows}]", f"{ptr}[({rows}) + 1]", 1, assigns + inner, "rel")
+        ptr = f"{nm}_p{L}"
+        lo = K.Load(ptr, (rows,), unsigned=False)
+        hi = K.Load(ptr, (K.IBin("+", rows, K.Int(1)),), unsigned=False)
+        loop = Loop(pvar, lo, hi, 1, tuple(assigns + inner), "rel")
         need = [
-            f"(0 <= {self.py_aff(a, scope)} < {self.py_aff(n, scope)})"
+            in_range(aff_expr(a, scope), aff_expr(n, scope))
             for a, n in zip(args[:L], exts[:L])
             if not scope.holds(f"0 <= {scope.aff(a)} < {scope.aff(n)}")
         ]
         if need:
-            return [If(" and ".join(need), [loop])]
+            return [If(K.and_of(need), (loop,))]
         return [loop]
 
-    def _row_code(self, args, exts, scope: Scope) -> str:
+    def _rows(self, args, exts, scope: Scope) -> K.KExpr:
         code = None
         for a, n in zip(args, exts):
-            a_code = self.py_aff(a, scope)
-            code = a_code if code is None else f"({code}) * ({self.py_aff(n, scope)}) + ({a_code})"
-        return code or "0"
+            a_code = aff_expr(a, scope)
+            code = a_code if code is None else K.IBin("+", K.IBin("*", code, aff_expr(n, scope)), a_code)
+        return code if code is not None else K.Int(0)
 
     # -- scalars ---------------------------------------------------------------------------
-    def py_aff(self, a: Aff, scope: Scope) -> str:
-        out = ""
-        for s, c in a.terms:
-            name = scope.symmap.get(s)
-            if name is None:
-                raise UnsupportedError(f"index {a} mentions {s!r}, which is not bound here")
-            term = name if abs(c) == 1 else f"{abs(c)} * {name}"
-            out = (f"-{term}" if c < 0 else term) if not out else f"{out} {'-' if c < 0 else '+'} {term}"
-        if not out:
-            return str(a.const)
-        if a.const:
-            out = f"{out} {'-' if a.const < 0 else '+'} {abs(a.const)}"
-        return out
-
     def scalar(self, e: Expr, sc: Scope):
-        """Signature: scalar : Expr -> ([stmt], Python expression).
+        """Signature: scalar : Expr -> ([stmt], kernel-IR float expression).
 
         A compound sub-term shared in the DAG (``d·d`` for ``d ** 2``) is
-        computed once per scope into a temporary and reused."""
+        computed once per scope into a local and reused."""
         if isinstance(e, (Add, Mul, Call, Sum, Iverson, Let)) and self.shared.get(e, 0) > 1:
             key = (id(sc), e)
             got = self.cse.get(key)
             if got is not None:
                 return [], got
             st, code = self._scalar(e, sc)
-            t = self.fresh("c")
-            self.cse[key] = t
+            t = self.local()
+            self.cse[key] = K.Name(t)
             self._keep.append(sc)  # keep id(sc) unique while memoised
-            return st + [Assign(t, code)], t
+            return st + [Assign(t, code)], K.Name(t)
         return self._scalar(e, sc)
 
     def _scalar(self, e: Expr, sc: Scope):
         match e:
             case Const(value=v):
-                return [], _const_code(v)
+                return [], K.Float(const_value(v, e))
             case Var() | Proj():
-                return [], self.scalar_var(e)
+                return [], K.Name(self.scalar_var(e))
             case Access():
                 base, idx = accesses(e)
                 name, ext = self.array_of(base)
@@ -315,79 +298,90 @@ class Lowerer:
                 prove_access(sc, idx, ext, e)
                 # proven in bounds, hence >= 0: an unsigned index spares Numba's
                 # negative-index wraparound test, which blocks vectorisation
-                return [], f"{name}[{', '.join(_uindex(self.py_aff(a, sc)) for a in idx)}]"
+                return [], K.Load(name, tuple(aff_expr(a, sc) for a in idx))
             case Add(lhs=a, rhs=b):
                 s1, c1 = self.scalar(a, sc)
                 s2, c2 = self.scalar(b, sc)
-                if c1 == "0.0" or c2 == "0.0":  # exact: 0 + x = x
-                    return s1 + s2, c2 if c1 == "0.0" else c1
-                return s1 + s2, f"({c1} + {c2})"
+                return s1 + s2, K.sum_of([c1, c2])  # exact: 0 + x = x; n-ary
             case Mul(lhs=a, rhs=b):
                 s1, c1 = self.scalar(a, sc)
                 s2, c2 = self.scalar(b, sc)
-                if c1 == "1.0" or c2 == "1.0":  # exact: 1 * x = x
-                    return s1 + s2, c2 if c1 == "1.0" else c1
-                if c1 == "-1.0":
-                    return s1 + s2, f"(-{c2})"
-                return s1 + s2, f"({c1} * {c2})"
+                return s1 + s2, K.mul_of(c1, c2)  # exact: 1·x = x, -1·x = -x
             case Call(fn=f, args=args) if f.startswith("D[") and f.endswith("]"):
                 # the black-box derivative D[f] of rule 6.6: emit its expansion
                 # sum_k (d_k f)(x)·t_k from f's registered partials
                 k = len(args) // 2
                 return self.scalar(expand_derivative(f[2:-1], args[:k], args[k:]), sc)
             case Call(fn=f, args=args):
-                st, codes = [], []
-                for a in args:
-                    s1, c1 = self.scalar(a, sc)
-                    st += s1
-                    codes.append(c1)
-                if f in _FN:
-                    return st, _FN[f].format(*codes)
-                if f.startswith("pow[") and f.endswith("]"):
-                    k = float(f[4:-1])
-                    t = self.fresh("t")
-                    st.append(Assign(t, codes[0]))
-                    if k == 2:
-                        return st, f"({t} * {t})"
-                    if k.is_integer():
-                        return st, f"({t} ** {int(k)})"
-                    return st, f"({t} ** {k!r})"
-                raise UnsupportedError(f"the backend has no compiled form of the function {f!r} in {describe(e)}")
+                return self.call(f, args, sc)
             case Iverson(pred=p, body=b):
                 binds, inner = sums(b)
                 if binds:  # a bracket around a sum narrows the sum's own loops
                     q, body = split_bracket(inner)
                     return self.sum_block(binds, conj(p, q), body, sc)
                 ps, pc = self.pred_code(p, sc)
-                if pc == "False":
-                    return ps, "0.0"
+                if pc == K.Bool(False):
+                    return ps, K.Float(0.0)
                 bs, bc = self.scalar(b, sc.child(cons=[sc.pred(p)]))
-                if pc == "True":
+                if pc == K.Bool(True):
                     return ps + bs, bc
-                t = self.fresh("t")
-                return ps + [Assign(t, "0.0"), If(pc, bs + [Assign(t, bc)])], t
+                t = self.local()
+                return ps + [Assign(t, K.Float(0.0)), If(pc, tuple(bs + [Assign(t, bc)]))], K.Name(t)
             case Sum():
                 binds, inner = sums(e)
                 q, body = split_bracket(inner)
                 return self.sum_block(binds, q, body, sc)
+            case Let(var=v, value=e0, body=e1) if isinstance(v.type, TensorT):
+                # a tensor let under a loop: a local array per iteration
+                gb, gbody = gens(e0)
+                st = self.array_binding(v, gb, gbody, sc, "temporary")
+                s1, c1 = self.scalar(e1, sc)
+                return st + s1, c1
             case Let(var=v, value=e0, body=e1):  # a scalar let: a local
                 s0, c0 = self.scalar(e0, sc)
-                name = self.fresh("s_" + v.name)
+                name = self.local()
                 self.scalars[v] = name
                 s1, c1 = self.scalar(e1, sc)
                 return s0 + [Assign(name, c0)] + s1, c1
             case _:
                 raise UnsupportedError(f"the backend cannot lower {describe(e)}")
 
+    def call(self, f: str, args, sc: Scope):
+        st, codes = [], []
+        for a in args:
+            s1, c1 = self.scalar(a, sc)
+            st += s1
+            codes.append(c1)
+        codes = tuple(codes)
+        node = builtin(f, codes)
+        if node is not None:
+            return st, node
+        k = power_exponent(f)
+        if k is not None:  # NumPy's x ** k for every real k (as the evaluator)
+            if k == 0:
+                return st, K.Float(1.0)
+            if k == 1:
+                return st, codes[0]
+            t = self.local()
+            st.append(Assign(t, codes[0]))
+            if k == 2:
+                return st, K.FMul(K.Name(t), K.Name(t))
+            return st, K.FPow(K.Name(t), k)
+        lookup(f)  # an unknown function is the registry's error
+        check_compiles(f)
+        if f not in self.functions:
+            self.functions[f] = self.names.new("function")
+        return st, K.FCall(self.functions[f], codes, numpy=False)
+
     def sum_block(self, binds, p, body, sc: Scope):
-        acc = self.fresh("acc")
+        acc = self.local()
 
         def emit(inner, dims):
             st, code = self.scalar(body, inner)
             return st + [AccAdd(acc, code)]
 
         stmts, _ = self.block(binds, p, sc, emit, "sum")
-        return [Assign(acc, "0.0")] + stmts, acc
+        return [Assign(acc, K.Float(0.0))] + stmts, K.Name(acc)
 
     def scalar_var(self, e: Expr) -> str:
         if isinstance(e, Var) and e in self.scalars:
@@ -414,9 +408,9 @@ class Lowerer:
             return None
         return (e, tuple(reversed(path)))
 
-    # -- predicates as code -----------------------------------------------------------------
+    # -- predicates ---------------------------------------------------------------------------
     def pred_code(self, p, sc: Scope):
-        """Signature: pred_code : Pred -> ([stmt], Python boolean expression).
+        """Signature: pred_code : Pred -> ([stmt], kernel-IR boolean).
 
         Affine parts are simplified by isl against what the scope already
         knows (``gist``), so a bracket implied by the loop bounds costs nothing."""
@@ -426,80 +420,43 @@ class Lowerer:
                 return [], got
         match p:
             case BoolLit(value=v):
-                return [], "True" if v else "False"
+                return [], K.Bool(v)
             case Cmp(op=op, lhs=a, rhs=b):
-                return [], f"(({self.py_aff(a, sc)}) {op} ({self.py_aff(b, sc)}))"
+                return [], K.Cmp(op, aff_expr(a, sc), aff_expr(b, sc))
             case And(lhs=a, rhs=b):
                 s1, c1 = self.pred_code(a, sc)
-                if c1 == "False":
-                    return s1, "False"
+                if c1 == K.Bool(False):
+                    return s1, c1
                 s2, c2 = self.pred_code(b, sc.child(cons=[sc.pred(a)]) if not has_rel(a) else sc)
-                if c1 == "True" or c2 == "False":
-                    return s1 + s2, c2
-                return s1 + s2, c1 if c2 == "True" else f"({c1} and {c2})"
+                return s1 + s2, K.and_of([c1, c2])
             case Or(lhs=a, rhs=b):
                 s1, c1 = self.pred_code(a, sc)
-                if c1 == "True":
-                    return s1, "True"
+                if c1 == K.Bool(True):
+                    return s1, c1
                 s2, c2 = self.pred_code(b, sc)
-                if c1 == "False" or c2 == "True":
-                    return s1 + s2, c2
-                return s1 + s2, c1 if c2 == "False" else f"({c1} or {c2})"
+                return s1 + s2, K.or_of([c1, c2])
             case Rel(rel=r, args=args):
                 # a test reads the relation's dense boolean table (built anyway
                 # when the inputs are validated); out of range reads as false
-                self.dense_rels.add(r)
+                if r not in self.dense_rels:
+                    self.dense_rels.append(r)
                 rng = [
-                    f"(0 <= {self.py_aff(a, sc)} < {self.py_aff(n, sc)})"
+                    in_range(aff_expr(a, sc), aff_expr(n, sc))
                     for a, n in zip(args, r.extents)
-                    if affine_test(sc, conj(Cmp("<=", Aff((), 0), a), Cmp("<", a, n))) != "True"
+                    if affine_test(sc, conj(Cmp("<=", Aff((), 0), a), Cmp("<", a, n))) != K.Bool(True)
                 ]
-                look = f"{_rel_name(r, ())}_dense[{', '.join(_uindex(self.py_aff(a, sc)) for a in args)}]"
-                return [], "(" + " and ".join(rng + [look]) + ")"
+                look = K.Load(f"{self.rel_name(r, ())}_d", tuple(aff_expr(a, sc) for a in args))
+                return [], K.and_of(rng + [look])
             case Exists(var=i, extent=n, body=b):
-                ex = self.fresh("ex")
-                v = self.fresh(i.name)
+                ex = self.local()
+                v = self.names.new("index")
                 inner = sc.child({i: v}, params=[v], cons=[f"0 <= {v} < {sc.aff(n)}"])
                 bs, bc = self.pred_code(b, inner)
-                loop = Loop(v, "0", self.py_aff(n, sc), 1, bs + [If(bc, [Assign(ex, "True"), Break()])], "exists")
-                return [Assign(ex, "False"), loop], ex
+                found = If(bc, (Assign(ex, K.Bool(True)), Break()))
+                loop = Loop(v, K.Int(0), aff_expr(n, sc), 1, tuple(bs + [found]), "exists")
+                return [Assign(ex, K.Bool(False)), loop], K.Name(ex)
             case _:
                 raise UnsupportedError(f"not a predicate: {p!r}")
-
-
-def affine_test(sc: Scope, p) -> str | None:
-    """Python code of the affine predicate ``p`` simplified against the
-    scope's constraints: "True"/"False" when decided, else isl's own
-    expression of the gisted set; None if isl cannot take it."""
-    import islpy as isl
-
-    from .astgen import expr_code
-
-    try:
-        ctx = isl.Set(sc.context_text())
-        test = isl.Set(f"{sc.header()} -> {{ : {sc.pred(p)} }}")
-    except (isl.Error, UnsupportedError):
-        return None
-    if ctx.is_subset(test):
-        return "True"
-    if (test & ctx).is_empty():
-        return "False"
-    g = test.coalesce().gist(ctx).coalesce()
-    if g.n_basic_set() > 8:  # isl's disjunctive form can grow: test the original then
-        return None
-    code = expr_code(isl.AstBuild.from_context(ctx).expr_from_set(g), {})
-    return f"({code})" if " " in code else code  # an operand of and/or
-
-
-def _uindex(code: str) -> str:
-    return f"U({code})"
-
-
-def _rel_name(r, perm) -> str:
-    base = "rel_" + py_ident(r.name)
-    if not perm or perm == tuple(range(len(perm))):
-        return base
-    return base + "_t" + "".join(map(str, perm))
 
 
 def _leaves(t, path=()):
@@ -514,22 +471,29 @@ def _elem(t):
     return t
 
 
-def _mark_parallel(stmts) -> None:
+def _mark_parallel(stmts) -> list:
     """Outermost loops of a top-level gen block write disjoint elements."""
+    out = []
     for s in stmts:
         if isinstance(s, Loop):
-            s.parallel = True
+            s = replace(s, parallel=True)
         elif isinstance(s, If):
-            _mark_parallel(s.then)
-            _mark_parallel(s.orelse)
+            s = replace(s, then=tuple(_mark_parallel(s.then)), orelse=tuple(_mark_parallel(s.orelse)))
+        out.append(s)
+    return out
+
+
+def _extents(ext):
+    return [[[[s.name, c] for s, c in n.terms], n.const] for n in ext]
 
 
 def lower_program(program: Expr, mode: str = "sparse"):
     """Signature: lower_program : Expr -> (KernelIR, spec).
 
-    ``program`` must already be in the backend's input grammar (see
-    tensorlang.backend.fusion).  ``spec`` describes the kernel's arguments
-    and results for the caller (JSON-serialisable).
+    ``program`` is what ``prepare.prepare`` produced (the backend's input
+    grammar, see tensorlang.backend.fusion).  ``spec`` maps the kernel's
+    positional arguments and results to the program's names for the caller
+    (JSON-serialisable).
     """
     from .fusion import fuse, out_vars, resolve_aliases, split_program
 
@@ -542,7 +506,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
     outset = set(outs)
     for x, rhs in binds:
         body += lw.binding(x, rhs, "output" if x in outset else "temporary")
-    results = []
+    results, copies = [], set()
     for o in outs:
         if isinstance(o, Var) and o in lw.arrays:
             results.append(lw.arrays[o][0])
@@ -553,48 +517,44 @@ def lower_program(program: Expr, mode: str = "sparse"):
             if leaf is None or leaf not in lw.leaves:
                 raise UnsupportedError(f"the backend cannot return {describe(o)}")
             name, ext = lw.leaves[leaf]
-            results.append(f"{name}.copy()" if ext else name)
-    sizes = [s.name for s in lw.sizes]
-    args = [size_name(s) for s in lw.sizes]
+            results.append(name)
+            if ext:
+                copies.add(name)
+    args = [lw.scope0.symmap[s] for s in lw.sizes]
     inputs = []
-    for (v, path), (name, ext) in sorted(lw.leaves.items(), key=lambda kv: kv[1][0]):
+    for (v, path), (name, ext) in lw.leaves.items():
         args.append(name)
         inputs.append([v.name, list(path), len(ext)])
     rels = []
-    for (r, perm), use in sorted(lw.rel_use.items(), key=lambda kv: (kv[0][0].name, kv[0][1])):
+    for (r, perm), use in lw.rel_use.items():
         ptrs, cols = sorted(use["ptrs"]), sorted(use["cols"])
-        nm = _rel_name(r, perm)
-        args += [f"{nm}_ptr{L}" for L in ptrs] + [f"{nm}_c{k}" for k in cols]
+        nm = lw.rel_name(r, perm)
+        args += [f"{nm}_p{L}" for L in ptrs] + [f"{nm}_c{k}" for k in cols]
         rels.append([r.name, list(perm), ptrs, cols])
-    dense = []
-    for r in sorted(lw.dense_rels, key=lambda r: r.name):
-        args.append(f"{_rel_name(r, ())}_dense")
-        dense.append(r.name)
-    work = []
-    for x, rhs in binds:
-        g, _ = gens(rhs)
-        if g:
-            work.append([[[[s.name, c] for s, c in n.terms], n.const] for _, n in g])
+    for r in lw.dense_rels:
+        args.append(f"{lw.rel_name(r, ())}_d")
+    work = [_extents([n for _, n in gens(rhs)[0]]) for _, rhs in binds if gens(rhs)[0]]
     # Temporaries come from a per-kernel pool: fresh 8 MB arrays each call
     # cost more in page faults than a gradient's arithmetic.
     temps = []
-    for x, (name, ext) in lw.arrays.items():
-        alloc = next(a for a in lw.allocs if a.name == name)
-        if alloc.role == "temporary":
-            alloc.pooled = True
-            args.append(name)
-            temps.append([name, [[[[s.name, c] for s, c in n.terms], n.const] for n in ext]])
-    ir = KernelIR(args, lw.allocs, body, results, lw.helpers)
+    for a in lw.allocs:
+        if a.pooled:
+            args.append(a.name)
+            x = next(v for v, (nm, _) in lw.arrays.items() if nm == a.name)
+            temps.append([a.name, _extents(lw.arrays[x][1])])
+    body = bound_depth(body, lw.local)
+    ir = KernelIR(args, lw.allocs, body, results, {u: f for f, u in lw.functions.items()}, copies)
     spec = {
-        "sizes": sizes,
+        "sizes": [s.name for s in lw.sizes],
         "inputs": inputs,
         "relations": rels,
+        "dense_relations": [r.name for r in lw.dense_rels],
         "outputs": _out_spec(out, outs),
         "work": work,
         "mode": mode,
         "needs_positive_sizes": lw.scope0.facts["needs_positive"],
         "temporaries": temps,
-        "dense_relations": dense,
+        "functions": sorted(lw.functions),
     }
     return ir, spec
 
@@ -603,12 +563,12 @@ def _out_spec(out, outs):
     # leaves are returned in the order of out_vars (duplicates returned twice)
     counter = iter(range(len(outs)))
 
-    def go2(o):
+    def go(o):
         if isinstance(o, Pair):
-            return ["pair", go2(o.fst), go2(o.snd)]
+            return ["pair", go(o.fst), go(o.snd)]
         return ["leaf", next(counter)]
 
-    return go2(out)
+    return go(out)
 
 
-__all__ = ["Lowerer", "hoist", "split_bracket", "lower_program"]
+__all__ = ["Lowerer", "hoist", "split_bracket", "lower_program", "aff_expr", "const_value"]

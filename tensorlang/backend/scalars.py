@@ -1,0 +1,87 @@
+"""Scalar functions in kernels: the black boxes of Fig. 3 as kernel-IR nodes.
+
+Every function of the registry (``tensorlang.functions``) compiles:
+
+* the built-ins become NumPy ufunc calls Numba knows (``exp``, ``log``, ...);
+  ``div`` is ``/`` and ``sigmoid`` its formula, both as the evaluator computes
+  them;
+* ``pow[k]`` is ``np.power(x, k)`` for every real ``k`` (huge, negative,
+  ``inf``, ``nan``: NumPy's values), ``x·x`` for ``k = 2`` and ``1`` for
+  ``k = 0`` (as ``np.power``);
+* ``D[f]`` (rule 6.6) is expanded by the lowering from ``f``'s partials;
+* any other function runs its ``FunctionDef.numba`` implementation (a plain
+  Python scalar function), or else its NumPy callable, compiled by
+  ``numba.njit``.  One that Numba cannot compile is an UnsupportedError at
+  compile time naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..errors import UnsupportedError
+from ..functions import lookup
+from . import kir as K
+
+UNARY_UFUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt"}
+
+
+def builtin(fn: str, args: tuple):
+    """The kernel-IR node of a built-in application, or None for other functions."""
+    if fn in UNARY_UFUNCS:
+        return K.FCall(fn, args)
+    if fn == "div":
+        return K.FDiv(args[0], args[1])
+    if fn == "sigmoid":
+        return K.FDiv(K.Float(1.0), K.FSum((K.Float(1.0), K.FCall("exp", (K.FNeg(args[0]),)))))
+    return None
+
+
+def power_exponent(fn: str):
+    """``k`` of ``pow[k]`` (any real, as printed by functions.power_name), else None."""
+    if fn.startswith("pow[") and fn.endswith("]"):
+        return float(fn[4:-1])
+    return None
+
+
+_COMPILED: dict = {}
+
+
+def _impl(name: str):
+    fd = lookup(name)
+    return fd, (fd.numba if fd.numba is not None else fd.numpy)
+
+
+def fingerprint(name: str) -> str:
+    """What the cache key needs of a user function: its implementation's code."""
+    fd, f = _impl(name)
+    code = getattr(f, "__code__", None)
+    text = repr((fd.arity, code.co_code, code.co_consts, code.co_names)) if code is not None else repr(f)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_compiles(name: str) -> None:
+    """Compile the function for float64 arguments now, so a function Numba
+    cannot compile is refused at compile time, not when a kernel runs."""
+    kernel_function(name, None)
+
+
+def kernel_function(name: str, dtype=None):
+    """The njit-compiled implementation of a registered function (memoised
+    per implementation); generated kernel modules bind it by name."""
+    import numba
+
+    fd, f = _impl(name)
+    got = _COMPILED.get((name, id(f)))
+    if got is not None:
+        return got[1]
+    try:
+        jf = numba.njit(f, error_model="numpy")
+        jf.compile((numba.float64,) * fd.arity)
+    except Exception as exc:  # Numba's typing/lowering errors have no common base
+        raise UnsupportedError(
+            f"the scalar function {name!r} does not compile with Numba ({type(exc).__name__}); "
+            "register it with tl.register_function(..., numba=<a plain Python scalar function>)"
+        ) from None
+    _COMPILED[(name, id(f))] = (f, jf)  # f kept alive so its id stays unique
+    return jf
