@@ -441,12 +441,10 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
 
 def check_bounds(expr: Expr) -> None:
     """Refuse a program with an access not proven in range (``tensorlang.bounds``
-    raises a TensorLangError naming it); a no-op where that module is absent."""
-    import importlib
-    import importlib.util
+    raises a TensorLangError naming it and the guard that would make it legal)."""
+    from . import bounds
 
-    if importlib.util.find_spec("tensorlang.bounds") is not None:
-        importlib.import_module("tensorlang.bounds").check_program(expr)
+    bounds.check_program(expr)
 
 
 def _row(label: str, thunk, sizes) -> StageRow:

@@ -4,7 +4,6 @@ error and keeps exit 1 for "a verdict failed"; issue 18.4: ``tensorlang audit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import textwrap
@@ -66,8 +65,6 @@ def test_audit_user_errors_exit_2_with_one_line(prog, args, fragments):
 
 
 def test_audit_refuses_an_out_of_range_access(prog):
-    if importlib.util.find_spec("tensorlang.bounds") is None:
-        pytest.skip("tensorlang.bounds (the in-range proofs) is not on this branch")
     _user_error(CliRunner().invoke(main, ["audit", prog, "--entry", "oob", "--sizes", "n=4,m=3"]), "x[")
 
 
