@@ -364,8 +364,8 @@ def _pow(x: Expr, k) -> Expr:
         k = float(k)
     except OverflowError:
         raise TensorLangError(f"exponent of {describe(x)} does not fit a float64") from None
-    if not math.isfinite(k):
-        raise TensorLangError(f"exponent of {describe(x)} must be finite, got {k!r}")
+    # Non-finite exponents are legal and follow NumPy (x ** inf, x ** nan), as
+    # huge and negative ones do; only a non-float exponent is refused above.
     if k == 1:
         return _checked(x)
     if k == 2:

@@ -121,11 +121,11 @@ def hygienic_programs(draw):
             else:
                 p = Cmp("<=", as_aff(1), as_aff(ctx.sizes[0]))
             return Iverson(p, body)
-        if k == "guard":  # offsets far beyond int64: decided by isl, never printed
+        if k == "guard":  # offsets far beyond any size (2**40): decided by isl, never printed
             if not env:
                 return scalar(depth - 1)
             i, w = draw(st.sampled_from(env))
-            off = draw(st.sampled_from([2**70, 2**64 + 7, -(2**70)]))
+            off = draw(st.sampled_from([2**62, 2**41 + 7, -(2**62)]))  # |c| <= 2**62 is the language's limit
             return Iverson(Cmp("<", sym_aff(i) + as_aff(off), as_aff(ctx.sizes[w])), scalar(depth - 1))
         if k == "let":
             v = fresh_var(index_name(), REAL)

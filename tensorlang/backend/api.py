@@ -184,6 +184,7 @@ class Kernel:
         dtype = DTYPES[dname]
         var = self.variant(dname)
         spec = var.spec
+        _check_accesses(spec, sizes)
         if spec.get("needs_positive_sizes") and any(sizes[s] < 1 for s in spec["sizes"]):
             # the in-bounds proof assumed every size >= 1 (see module doc)
             from ..evaluator import evaluate
@@ -219,6 +220,21 @@ class Kernel:
         else:
             res = fn(*args)
         return _aos(_rebuild(spec["outputs"], res, dtype), type_of_expr(self.expr), dtype)
+
+
+def _at(dims, sizes) -> int:
+    terms, const = dims
+    return const + sum(c * sizes[s] for s, c in terms)
+
+
+def _check_accesses(spec, sizes) -> None:
+    """The kernel's size-only accesses (``x[2]``) must be in range at these
+    sizes: an InputError before the kernel runs, never an out-of-range read."""
+    for index, extent, what in spec.get("checks", ()):
+        i, n = _at(index, sizes), _at(extent, sizes)
+        if not 0 <= i < n:
+            shown = ", ".join(f"{k} = {v}" for k, v in sorted(sizes.items()))
+            raise InputError(f"the access {what} reads index {i}, outside [0, {n}) at {shown}")
 
 
 def type_of_expr(expr):

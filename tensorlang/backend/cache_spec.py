@@ -132,6 +132,10 @@ def check_spec(spec, program, mode) -> None:
         raise BadEntry(f"result leaves {leaves} are not numbered 0..{len(leaves) - 1} in order")
     for w in _list(spec.get("work", []), "work"):
         _check_dims(w, size_names, "work")
+    for c in _list(spec.get("checks", []), "checks"):
+        if not isinstance(c, list) or len(c) != 3 or not isinstance(c[2], str):
+            raise BadEntry(f"check {c!r} is not [index, extent, access]")
+        _check_dims([c[0], c[1]], size_names, "check")
     for t in _list(spec.get("temporaries", []), "temporaries"):
         if not isinstance(t, list) or len(t) != 2 or not isinstance(t[0], str):
             raise BadEntry(f"temporary {t!r} is not [name, dims]")

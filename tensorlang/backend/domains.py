@@ -19,7 +19,7 @@ from __future__ import annotations
 import islpy as isl
 
 from ..errors import TensorLangError, UnsupportedError, describe
-from ..ir import TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, conj
+from ..ir import TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, SizeVar, conj
 from ..isl_bridge import Names
 from . import kir as K
 from .astgen import expr_of, int_literal
@@ -44,7 +44,9 @@ class Scope:
         self.cons = cons
         # shared by a kernel's scopes: facts['positive'] = the size params, and
         # facts['needs_positive'] is set when a proof needed every size >= 1
-        self.facts = facts if facts is not None else {"positive": [], "needs_positive": False}
+        # facts['checks'] collects size-only accesses (x[2], x[n - 3]) valid at
+        # some sizes only: the caller checks them before the kernel runs.
+        self.facts = facts if facts is not None else {"positive": [], "needs_positive": False, "checks": []}
 
     def child(self, syms: dict = None, params=(), cons=()) -> "Scope":
         return Scope({**self.symmap, **(syms or {})}, self.params + list(params), self.cons + list(cons), self.facts)
@@ -130,6 +132,10 @@ def prove_access(scope: Scope, idx: tuple, extents: tuple, node) -> None:
         pos = scope.child(cons=[f"{p} >= 1" for p in scope.facts["positive"]])
         if pos.holds(cond):
             scope.facts["needs_positive"] = True
+        elif all(isinstance(v, SizeVar) for v, _ in a.terms + n.terms):
+            # A constant or size-only index (x[2]): legal at some sizes only, a
+            # call-time check (an InputError at bad sizes, never a read).
+            scope.facts.setdefault("checks", []).append((a, n, describe(node)))
         else:
             raise TensorLangError(
                 f"cannot prove the access {describe(node)} in bounds: index {a} may leave [0, {n}) "

@@ -100,7 +100,7 @@ class Lowerer:
         # sizes are bounded at call time (MAX_SIZE), so isl decides guards
         # with huge offsets and no literal beyond int64 reaches a kernel
         cons = [f"0 <= {p} <= {MAX_SIZE}" for p in params]
-        self.scope0 = Scope(symmap, params, cons, {"positive": list(params), "needs_positive": False})
+        self.scope0 = Scope(symmap, params, cons, {"positive": list(params), "needs_positive": False, "checks": []})
         self.leaves: dict = {}  # (Var, path) -> (kernel name, extents)
         for v in input_vars(program):
             for path, t in _leaves(v.type):
@@ -483,6 +483,15 @@ def _mark_parallel(stmts) -> list:
     return out
 
 
+def _unique(checks):
+    seen, out = set(), []
+    for a, n, what in checks:
+        if (a, n) not in seen:
+            seen.add((a, n))
+            out.append((a, n, what))
+    return out
+
+
 def _extents(ext):
     return [[[[s.name, c] for s, c in n.terms], n.const] for n in ext]
 
@@ -553,6 +562,8 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "work": work,
         "mode": mode,
         "needs_positive_sizes": lw.scope0.facts["needs_positive"],
+        # [index, extent, access]: size-only accesses checked before each call
+        "checks": [[_extents([a])[0], _extents([n])[0], what] for a, n, what in _unique(lw.scope0.facts["checks"])],
         "temporaries": temps,
         "functions": sorted(lw.functions),
     }
