@@ -159,7 +159,7 @@ def _agree(out, ref):
     return np.allclose(out, ref, rtol=1e-9, atol=1e-9 * max(1.0, float(np.max(np.abs(ref), initial=0.0))), equal_nan=True)
 
 
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=300, **SETTINGS)
 @given(case=hygienic_programs())
 def test_adversarial_names_constants_and_depths_lowered(case):
     prog, kw = case
