@@ -167,7 +167,9 @@ class _Program:
             bounds.check_sizes(self.constraints, sizes)
             call_sizes = {k: v for k, v in sizes.items() if k in self.sizes}
             if sig is not None:
-                remember(self._plans, sig, (call_sizes, finite_checks(self.source, src_kw)))
+                # the inputs passed on are checked by the kernel's own plan
+                checks = tuple(c for c in finite_checks(self.source, src_kw) if c[0] not in self.inputs)
+                remember(self._plans, sig, (call_sizes, checks))
         call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
         call.update(call_sizes)
         return self.fn(**call)
