@@ -144,19 +144,34 @@ class _Program:
         self.inputs = {v.name for v in input_vars(prog)}
         self.sizes = {s.name for s in size_vars(prog)}
         self.rels = {r.name for r in relations_of(prog)}
+        self._plans: dict = {}  # call signature -> (sizes passed on, finiteness checks)
+        self._plannable = not relations_of(source)
 
     @deep
     def __call__(self, kwargs: dict):
-        from .evaluator import prepare_inputs
+        from .backend.dispatch import check_finite, finite_checks, remember, signature
 
-        src_kw = {k: v for k, v in kwargs.items() if k not in self.extra}
-        missing = [k for k in self.extra if k not in kwargs]
-        if missing:
-            raise InputError(f"missing input(s) {missing}")
-        _, sizes, _, _ = prepare_inputs(self.source, src_kw)
-        bounds.check_sizes(self.constraints, sizes)
+        sig = signature(kwargs) if self._plannable else None
+        plan = self._plans.get(sig) if sig is not None else None
+        if plan is not None:  # this signature passed the checks below once (backend/dispatch.py)
+            check_finite(kwargs, plan[1])
+            call_sizes = plan[0]
+        else:
+            from .evaluator import prepare_inputs
+
+            src_kw = {k: v for k, v in kwargs.items() if k not in self.extra}
+            missing = [k for k in self.extra if k not in kwargs]
+            if missing:
+                raise InputError(f"missing input(s) {missing}")
+            _, sizes, _, _ = prepare_inputs(self.source, src_kw)
+            bounds.check_sizes(self.constraints, sizes)
+            call_sizes = {k: v for k, v in sizes.items() if k in self.sizes}
+            if sig is not None:
+                # the inputs passed on are checked by the kernel's own plan
+                checks = tuple(c for c in finite_checks(self.source, src_kw) if c[0] not in self.inputs)
+                remember(self._plans, sig, (call_sizes, checks))
         call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
-        call.update({k: v for k, v in sizes.items() if k in self.sizes})
+        call.update(call_sizes)
         return self.fn(**call)
 
 

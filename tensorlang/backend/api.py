@@ -36,9 +36,10 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError, TensorLangError
-from ..ir import Call, Expr, PairT, RealT, TensorT, input_vars, walk
+from ..ir import Call, Expr, PairT, RealT, TensorT, input_vars, relations_of, walk
 from ..typecheck import check_program
 from . import cache as _cache
+from .dispatch import check_finite, finite_checks, remember, signature
 from .domains import MAX_SIZE
 
 PARALLEL_MIN = 1 << 15
@@ -94,6 +95,9 @@ class Kernel:
         self._variants: dict = {}
         self.python = False  # run the generated source as plain Python (tests)
         self._pool = threading.local()
+        self._plans: dict = {}  # call signature -> _Plan (dispatch.py)
+        self._plannable = not relations_of(expr)  # relation data is converted per call
+        self._type = None
 
     def lowered(self):
         if self._lowered is None:
@@ -155,14 +159,13 @@ class Kernel:
             return par, None
         return par, int(self.threads)
 
-    def _temporaries(self, spec, sizes: dict, dtype) -> list:
-        """The let-bound temporaries, from a per-thread pool (reused across calls)."""
+    def _temporaries(self, temps, dtype) -> list:
+        """The let-bound temporaries ``(name, shape)``, from a per-thread pool (reused across calls)."""
         pool = getattr(self._pool, "arrays", None)
         if pool is None:
             pool = self._pool.arrays = {}
         out = []
-        for name, dims in spec.get("temporaries", []):
-            shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
+        for name, shape in temps:
             arr = pool.get((name, dtype))
             if arr is None or arr.shape != shape:
                 arr = pool[(name, dtype)] = np.empty(shape, dtype=dtype)
@@ -170,6 +173,12 @@ class Kernel:
         return out
 
     def __call__(self, **inputs):
+        sig = signature(inputs) if self._plannable and not self.python else None
+        if sig is not None:
+            plan = self._plans.get(sig)
+            if plan is not None:  # validated once for this signature (see dispatch.py)
+                check_finite(inputs, plan.checks)
+                return self._run(plan, inputs, None)
         from ..evaluator import prepare_inputs
 
         for k, v in inputs.items():
@@ -191,20 +200,44 @@ class Kernel:
 
             out = evaluate(self.expr, **inputs)
             return as_float32(out) if dtype is np.float32 else out
-        by_name = {v.name: val for v, val in env.items()}
-        args = [np.int64(sizes[s]) for s in spec["sizes"]]
-        for name, path, rank in spec["inputs"]:
-            val = by_name[name]
+        plan = self._plan(var, sizes, dtype, inputs)
+        if sig is not None:
+            remember(self._plans, sig, plan)
+        return self._run(plan, {v.name: val for v, val in env.items()}, {r.name: d for r, d in relations.items()})
+
+    def _plan(self, var, sizes: dict, dtype, inputs: dict) -> "_Plan":
+        """What a call with these (validated) sizes and precision passes to the kernel."""
+        spec = var.spec
+        fn, threads = self._function(var.module, spec, sizes)
+        temps = [
+            (name, tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims))
+            for name, dims in spec.get("temporaries", [])
+        ]
+        if self._type is None:
+            self._type = type_of_expr(self.expr)
+        return _Plan(
+            [np.int64(sizes[s]) for s in spec["sizes"]], list(spec["inputs"]), dtype, temps, fn, threads,
+            finite_checks(self.expr, inputs), spec, self._type,
+        )
+
+    def _run(self, plan: "_Plan", values: dict, rels):
+        """Call the kernel: ``values`` name -> input, ``rels`` name -> dense relation."""
+        dtype = plan.dtype
+        spec = plan.spec
+        args = list(plan.size_args)
+        for name, path, rank in plan.leaves:
+            val = values[name]
             for k in path:
                 val = val[k]
             args.append(np.ascontiguousarray(val, dtype=dtype) if rank else dtype(val))
-        rels = {r.name: d for r, d in relations.items()}
-        for name, perm, ptrs, cols in spec["relations"]:
-            args += _relation_arrays(rels[name], perm, ptrs, cols)
-        for name in spec.get("dense_relations", []):
-            args.append(np.ascontiguousarray(rels[name], dtype=np.bool_))
-        args += self._temporaries(spec, sizes, dtype)
-        fn, threads = self._function(var.module, spec, sizes)
+        if spec["relations"] or spec.get("dense_relations"):
+            for name, perm, ptrs, cols in spec["relations"]:
+                args += _relation_arrays(rels[name], perm, ptrs, cols)
+            for name in spec.get("dense_relations", []):
+                args.append(np.ascontiguousarray(rels[name], dtype=np.bool_))
+        if plan.temps:
+            args += self._temporaries(plan.temps, dtype)
+        fn, threads = plan.fn, plan.threads
         if threads is not None:
             import numba
 
@@ -219,7 +252,17 @@ class Kernel:
                 res = fn(*args)
         else:
             res = fn(*args)
-        return _aos(_rebuild(spec["outputs"], res, dtype), type_of_expr(self.expr), dtype)
+        return _aos(_rebuild(spec["outputs"], res, dtype), plan.type, dtype)
+
+
+class _Plan:
+    """A validated call signature's kernel arguments (see dispatch.py)."""
+
+    __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type")
+
+    def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_):
+        self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
+        self.fn, self.threads, self.checks, self.spec, self.type = fn, threads, checks, spec, type_
 
 
 def _at(dims, sizes) -> int:

@@ -1,0 +1,110 @@
+"""Call-time dispatch plans for compiled kernels (paper Section 4.3; issue #13 item 7).
+
+A call of a compiled program validates its inputs (names, shapes, dtypes,
+sizes inferred from shapes, the bounds proof's size constraints, finite
+values).  Everything but the values' finiteness is decided by the call's
+*signature*: the keyword names, each array's dtype and shape, each scalar's
+Python type (and an integer's value, which may be a size).  So the full
+validation (``evaluator.prepare_inputs``, ``bounds.check_sizes``) runs once
+per signature and its outcome (sizes, precision, argument layout) is kept
+as a plan; later calls with the same signature check only finiteness and
+call the Numba entry.  A call whose signature differs re-plans through the
+full validation (refused exactly as before); inputs that have no signature
+(lists, bools, subclasses, relation data) always take the full path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import InputError
+from ..ir import PairT, input_vars
+
+PLAN_LIMIT = 64  # plans kept per callable (an int scalar input's value is part of the key)
+
+
+def _leaf_sig(v):
+    t = type(v)
+    if t is np.ndarray:
+        return (v.dtype, v.shape)
+    if t is float:
+        return float
+    if t is int:
+        return (int, v)
+    if t is tuple and len(v) == 2:
+        a, b = _leaf_sig(v[0]), _leaf_sig(v[1])
+        return None if a is None or b is None else (tuple, a, b)
+    if isinstance(v, (np.floating, np.integer)):
+        return (v.dtype, v.item() if v.dtype.kind in "iu" else None)
+    return None  # lists, bools, objects, subclasses: the full path decides
+
+
+def signature(inputs: dict):
+    """A hashable key deciding every check but finiteness, or None."""
+    out = []
+    for k, v in inputs.items():
+        s = _leaf_sig(v)
+        if s is None:
+            return None
+        out.append((k, s))
+    return tuple(out)
+
+
+def finite_checks(expr, inputs: dict) -> tuple:
+    """The (name, path) of every floating leaf of ``expr``'s inputs in
+    ``inputs``: the values whose finiteness each call must still check."""
+    out = []
+    for var in input_vars(expr):
+        if var.name not in inputs:
+            continue
+        todo = [(var.type, (), inputs[var.name])]
+        while todo:
+            t, path, v = todo.pop()
+            if isinstance(t, PairT):
+                todo += [(t.fst, path + (0,), v[0]), (t.snd, path + (1,), v[1])]
+            elif isinstance(v, (float, np.floating)) or (isinstance(v, np.ndarray) and v.dtype.kind == "f"):
+                out.append((var.name, path))
+    return tuple(out)
+
+
+_finite_fn = None
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    global _finite_fn
+    if a.dtype.kind != "f":
+        return True
+    if a.dtype not in (np.float64, np.float32) or not a.flags.c_contiguous:
+        return bool(np.all(np.isfinite(a)))
+    if _finite_fn is None:
+        import numba
+
+        @numba.njit(cache=True, nogil=True)
+        def all_finite(x):
+            for v in x.ravel():
+                if not math.isfinite(v):
+                    return False
+            return True
+
+        _finite_fn = all_finite
+    return _finite_fn(a)
+
+
+def check_finite(inputs: dict, checks) -> None:
+    """Refuse NaN or infinity, as ``evaluator.prepare_inputs`` does."""
+    for name, path in checks:
+        v = inputs[name]
+        for k in path:
+            v = v[k]
+        ok = _all_finite(v) if type(v) is np.ndarray else math.isfinite(v)
+        if not ok:
+            what = name + "".join(f".{k}" for k in path)
+            raise InputError(f"input {what} contains NaN or infinity")
+
+
+def remember(plans: dict, sig, plan) -> None:
+    if len(plans) >= PLAN_LIMIT:
+        plans.clear()
+    plans[sig] = plan
