@@ -28,6 +28,8 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
+import numpy as _np
+
 from .errors import IndexError_, TensorLangError
 
 # --------------------------------------------------------------------------
@@ -391,13 +393,8 @@ def as_aff(x) -> Aff:
         return Aff((), x)
     if isinstance(x, Sym):
         return Aff(((x, 1),), 0)
-    try:
-        import numpy as _np
-
-        if isinstance(x, _np.integer):
-            return Aff((), int(x))
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(x, _np.integer):
+        return Aff((), int(x))
     if isinstance(x, Expr):
         from .errors import describe
 

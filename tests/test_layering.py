@@ -1,0 +1,224 @@
+"""Layering of the package (issue 14, item 3 "Layering"; DESIGN.md "Pipeline").
+
+Every module's imports, read from its source with ``ast`` (including imports
+inside functions, which execute just as surely, only later), must point
+downward or sideways in this order, and the import graph must have no cycle:
+
+======  ========  =====================================================
+layer   name      modules
+======  ========  =====================================================
+0       ir        errors, deep, decide, ir, printer
+1       core      typecheck, functions, sharing, evaluator, conditionals,
+                  api, the package ``tensorlang`` itself; the affine
+                  layer (the only islpy users below the cost model):
+                  isl_bridge, bounds
+2       passes    tensorlang.passes.* (passes/)
+3       cost,     costmodel, cost_fig17, cost_relations, cost_symbolic;
+        backend   tensorlang.backend.*
+4       driver    autodiff
+5       top       runtime, audit, cli, dask, interop
+6       outside   proofs.*, benchmarks.* (not installed; run from a
+                  source checkout)
+======  ========  =====================================================
+
+An import of a module in a higher layer is an upward import.  Violations not
+yet fixed are listed in KNOWN_UPWARD / KNOWN_CYCLES below, each with its
+reason; the test fails on any new one, and also on a KNOWN entry that no
+longer occurs (so the lists only shrink).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = ("tensorlang", "passes", "proofs", "benchmarks")
+
+LAYERS = {
+    "tensorlang.errors": 0, "tensorlang.deep": 0, "tensorlang.decide": 0,
+    "tensorlang.ir": 0, "tensorlang.printer": 0,
+    "tensorlang.typecheck": 1, "tensorlang.functions": 1, "tensorlang.sharing": 1,
+    "tensorlang.evaluator": 1, "tensorlang.conditionals": 1, "tensorlang.api": 1,
+    "tensorlang": 1, "tensorlang.isl_bridge": 1, "tensorlang.bounds": 1,
+    "tensorlang.passes": 2,
+    "tensorlang.costmodel": 3, "tensorlang.cost_fig17": 3, "tensorlang.cost_relations": 3,
+    "tensorlang.cost_symbolic": 3, "tensorlang.backend": 3,
+    "tensorlang.autodiff": 4,
+    "tensorlang.runtime": 5, "tensorlang.audit": 5, "tensorlang.cli": 5,
+    "tensorlang.dask": 5, "tensorlang.interop": 5,
+    "proofs": 6, "benchmarks": 6,
+}
+
+# (importer, imported): reason.  Keep this list as short as possible.
+KNOWN_UPWARD = {
+}
+
+# frozenset of the modules of one strongly connected component: reason.
+KNOWN_CYCLES = {
+}
+
+
+def _module_name(path: str) -> str:
+    rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+    if rel.endswith(".__init__") or rel == "__init__":
+        rel = rel[: -len(".__init__")]
+    if rel == "passes" or rel.startswith("passes."):
+        rel = "tensorlang." + rel  # setuptools package-dir: passes/ is tensorlang.passes
+    return rel
+
+
+def modules() -> dict:
+    out = {}
+    for top in SOURCES:
+        for dirpath, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith(".py"):
+                    path = os.path.join(dirpath, f)
+                    out[_module_name(path)] = path
+    return out
+
+
+def _targets(mods: dict, current: str, is_pkg: bool, node) -> list:
+    names = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:
+            parts = current.split(".") if is_pkg else current.split(".")[:-1]
+            parts = parts[: len(parts) - (node.level - 1)]
+            base = ".".join(parts + ([node.module] if node.module else []))
+        else:
+            base = node.module
+        # ``from pkg import mod`` imports the submodule pkg.mod
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+    out = []
+    for m in names:
+        if m == "passes" or m.startswith("passes."):
+            m = "tensorlang." + m
+        while m and m not in mods:  # a name inside a module: the module
+            m = m.rpartition(".")[0]
+        if m and m != current:
+            out.append(m)
+    return out
+
+
+def import_graph() -> dict:
+    """``{module: {imported module: first line}}`` over our own modules."""
+    mods = modules()
+    graph = {}
+    for name, path in mods.items():
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+        edges = graph.setdefault(name, {})
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for t in _targets(mods, name, path.endswith("__init__.py"), node):
+                    edges.setdefault(t, node.lineno)
+    return graph
+
+
+def layer(module: str) -> int:
+    m = module
+    while m:
+        if m in LAYERS:
+            return LAYERS[m]
+        m = m.rpartition(".")[0]
+    raise KeyError(module)
+
+
+def upward_imports(graph: dict) -> dict:
+    return {(a, b): line for a, es in graph.items() for b, line in es.items() if layer(b) > layer(a)}
+
+
+def cycles(graph: dict) -> list:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(frozenset(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_has_a_layer():
+    missing = [m for m in modules() if not any(m == k or m.startswith(k + ".") for k in LAYERS)]
+    assert not missing, f"modules without a layer (add them to LAYERS and the docstring): {missing}"
+
+
+def test_no_new_upward_import():
+    found = upward_imports(import_graph())
+    new = {k: v for k, v in found.items() if k not in KNOWN_UPWARD}
+    assert not new, "upward imports (importer -> imported at line):\n" + "\n".join(
+        f"  {a} -> {b} (line {line})" for (a, b), line in sorted(new.items()))
+    gone = set(KNOWN_UPWARD) - set(found)
+    assert not gone, f"fixed, remove from KNOWN_UPWARD: {sorted(gone)}"
+
+
+def test_no_new_import_cycle():
+    found = cycles(import_graph())
+    new = [c for c in found if c not in KNOWN_CYCLES]
+    assert not new, "import cycles:\n" + "\n".join(f"  {sorted(c)}" for c in new)
+    gone = set(KNOWN_CYCLES) - set(found)
+    assert not gone, f"fixed (or changed), update KNOWN_CYCLES: {[sorted(c) for c in gone]}"
+
+
+def test_the_checker_sees_imports_inside_functions():
+    # the checker itself: a lazy upward import is found, and a cycle through it
+    src = {"tensorlang.ir": "def f():\n    from .autodiff import adjoint\n",
+           "tensorlang.autodiff": "from .ir import Expr\n"}
+    mods = {m: m for m in src}
+    graph = {}
+    for m, text in src.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for t in _targets(mods, m, False, node):
+                    graph.setdefault(m, {})[t] = node.lineno
+    assert ("tensorlang.ir", "tensorlang.autodiff") in upward_imports(graph)
+    assert cycles(graph) == [frozenset(src)]
+
+
+def test_no_import_error_guard_around_our_modules():
+    """``except ImportError`` may guard only optional third-party packages."""
+    ours = ("tensorlang", "passes", "proofs", "benchmarks", "tests")
+    bad = []
+    for name, path in modules().items():
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Try):
+                continue
+            catches = any(
+                h.type is not None and "ImportError" in ast.dump(h.type) or h.type is None for h in node.handlers)
+            if not catches:
+                continue
+            for sub in node.body:
+                for imp in ast.walk(sub):
+                    if isinstance(imp, ast.ImportFrom) and (imp.level or (imp.module or "").split(".")[0] in ours):
+                        bad.append(f"{name}:{imp.lineno}")
+                    elif isinstance(imp, ast.Import) and any(a.name.split(".")[0] in ours for a in imp.names):
+                        bad.append(f"{name}:{imp.lineno}")
+    assert not bad, f"except ImportError around our own modules: {bad}"
