@@ -57,10 +57,6 @@ from .decide import (  # noqa: F401  (re-exported: the audit's public decision A
 # Costs (through tensorlang.costmodel)
 
 
-class StageUnavailable(Exception):
-    """A stage refused the program (e.g. the raw adjoint of a form it rejects)."""
-
-
 def type_size_expr(t: Type) -> sympy.Expr:
     """``$(T)`` of Figure 17 as a sympy expression in the sizes."""
     match t:
@@ -398,8 +394,6 @@ def check_bounds(expr: Expr) -> None:
 def _row(label: str, thunk, sizes) -> StageRow:
     try:
         e = thunk()
-    except StageUnavailable as exc:
-        return StageRow(label, reason=str(exc))
     except UnsupportedError as exc:
         return StageRow(label, reason=f"unsupported: {exc}")
     row = StageRow(label, expr=e)
@@ -411,15 +405,10 @@ def _row(label: str, thunk, sizes) -> StageRow:
         row.cost = cost_at(e, sizes, _relation_data(rels, sizes)[-1])
         if rels:
             reasons.append("cost at sizes on random relation data (density 1/2)")
-    except StageUnavailable as exc:
-        reasons.append(str(exc))
     except TensorLangError as exc:
         reasons.append(f"cost at sizes: {exc}")
     try:
         row.symbolic = symbolic_cost_of(e)
-    except StageUnavailable as exc:
-        if str(exc) not in reasons:
-            reasons.append(str(exc))
     except TensorLangError as exc:
         reasons.append(f"symbolic cost: {exc}")
     row.reason = "; ".join(reasons) or None
@@ -456,11 +445,8 @@ def _compare(name, claim, small: StageRow, big: StageRow, factor, io: bool) -> V
                 worst = v if worst is None else min(worst, v)
             return worst
 
-        try:
-            names = sorted({s.name for s in size_vars(small.expr) | size_vars(big.expr)})
-            d = _grid(ev, names, SMALL_GRID, with_data=bool(rels))
-        except StageUnavailable as exc:
-            return Verdict(name, claim, None, "not available", str(exc))
+        names = sorted({s.name for s in size_vars(small.expr) | size_vars(big.expr)})
+        d = _grid(ev, names, SMALL_GRID, with_data=bool(rels))
     if d.holds is None:
         return Verdict(name, claim, None, "not available", d.detail)
     detail = d.detail
