@@ -71,14 +71,12 @@ KNOWN_UPWARD = {
 
 # frozenset of the modules of one strongly connected component: reason.
 KNOWN_CYCLES = {
-    # The core: a node's repr and every error message print (ir, errors ->
-    # printer, which needs the node classes); typecheck names function
-    # signatures (functions) and functions build nodes (ir); deep (the
-    # recursion-depth guard) raises errors.  Splitting the IR by sort (issue
-    # 14 item 4) is the fix.
-    frozenset({"tensorlang.deep", "tensorlang.errors", "tensorlang.functions", "tensorlang.ir",
-               "tensorlang.printer", "tensorlang.typecheck"}):
-        "ir/errors/typecheck print through printer, which imports the node classes",
+    # The core: a node's repr prints (ir -> printer, which needs the node
+    # classes); ir.iverson(FALSE, e) needs type_of (ir -> typecheck, also in
+    # KNOWN_UPWARD); typecheck names functions' signatures (functions), which
+    # build nodes (ir).  Splitting the IR by sort (issue 14 item 4) is the fix.
+    frozenset({"tensorlang.functions", "tensorlang.ir", "tensorlang.printer", "tensorlang.typecheck"}):
+        "ir's repr prints through printer; ir.iverson needs typecheck.type_of",
 }
 
 
