@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+# the methods compared, in report order (shared by the runner and the report)
+METHODS = ("tensorlang", "tensorlang-naive", "jax", "torch", "autograd", "numba-hand")
+
 
 class NotAvailable(Exception):
     """The method cannot run here: a package or a compiler stage is missing."""

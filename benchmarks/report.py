@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from .runner import METHODS
+from .methods import METHODS
 
 
 def _ms(s):

@@ -30,10 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import workloads as W
+from .methods import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = b"@@BENCH@@ "
-METHODS = ("tensorlang", "tensorlang-naive", "jax", "torch", "autograd", "numba-hand")
 COST = "tensorlang-cost"
 # slowest first, so that with --jobs 2 the compile-heavy tensorlang runs overlap the baselines
 RUN_ORDER = ("tensorlang-naive", "tensorlang", COST, "numba-hand", "jax", "torch", "autograd")

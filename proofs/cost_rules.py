@@ -16,7 +16,8 @@ import itertools
 import sympy
 
 import tensorlang as tl
-from tensorlang.audit import StageUnavailable, _cost_module, size_sym
+from tensorlang import costmodel as C
+from tensorlang.audit import size_sym
 from tensorlang.errors import TensorLangError
 from tensorlang.evaluator import Evaluator, Domain
 from tensorlang.ir import (
@@ -161,7 +162,6 @@ def _let_of(T):
 
 
 def _run_cost(number, title, maker, quick) -> Result:
-    C = _cost_module()
     n_inst = 3 if quick else 12
     fails = []
     checked = 0
@@ -216,10 +216,7 @@ FIG17 = {
 
 
 def _run_fig17(number, title, quick) -> Result:
-    C = _cost_module()
-    fn = getattr(C, "inner_product_cost", None)
-    if fn is None:
-        raise StageUnavailable("tensorlang.costmodel.inner_product_cost is not available")
+    fn = C.inner_product_cost
     if number not in ("6.53", "6.54"):
         return _run_meta(number, title, C, quick)
     fails, checked = [], 0
@@ -277,9 +274,7 @@ _register17()
 def _run_meta(number, title, C, quick) -> Result:
     """6.50-6.52: ``extended_cost`` of dlet / ⊕ / ZERO terms vs the enumeration
     (``dlet`` costs its de-sugared forward derivative, Fig. 13)."""
-    fn = getattr(C, "extended_cost", None)
-    if fn is None:
-        raise StageUnavailable("tensorlang.costmodel.extended_cost is not available")
+    fn = C.extended_cost
     from tensorlang.passes.adjoint_rules import DLet, Deriv, Inner, OPlus, ZERO_TERM
     from tensorlang.passes.total_derivative import tangent_inputs, total_derivative
 

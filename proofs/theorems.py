@@ -35,10 +35,7 @@ def example_programs():
 
 
 def workload_programs(quick: bool):
-    try:
-        from benchmarks.workloads import WORKLOADS
-    except ImportError:
-        return []
+    from benchmarks.workloads import WORKLOADS
     out = []
     for w in WORKLOADS:
         try:
@@ -52,12 +49,11 @@ def workload_programs(quick: bool):
 
 def random_programs(count: int, seed: int = 0, **kw):
     """``count`` programs from tests/strategies.py (deterministic)."""
-    try:
-        from hypothesis import HealthCheck, given, settings
+    # hypothesis is a [test] dependency of the proofs: without it this
+    # generator fails the obligation instead of yielding no programs
+    from hypothesis import HealthCheck, given, settings
 
-        from tests.strategies import programs
-    except ImportError:
-        return []
+    from tests.strategies import programs
     got = []
 
     @settings(max_examples=count, derandomize=True, database=None, deadline=None,
@@ -154,15 +150,13 @@ def section_5(quick):
 
 
 def _pass_semantics(quick: bool) -> str | None:
-    from tensorlang.audit import StageUnavailable, normal_form_passes
+    from tensorlang.audit import normal_form_passes
 
     from .terms import EXACT_SIZES  # noqa: F401  (sizes come from each program)
 
     for k, p in enumerate(random_programs(3 if quick else 25, seed=1, pairs=True)):
         cur = p.expr
         for label, fn in normal_form_passes():
-            if isinstance(fn, StageUnavailable):
-                return None
             try:
                 nxt = fn(cur)
             except UnsupportedError:  # e.g. an array-of-structs output: refused, not a wrong answer

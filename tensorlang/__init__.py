@@ -44,8 +44,7 @@ from .api import (
 from .conditionals import Comparison, abs, ge, gt, le, lt, maximum, minimum, relu, softplus, where
 from .typecheck import type_of
 from .evaluator import evaluate
-from .printer import pretty
-from .sharing import explicit_sharing
+from .sharing import explicit_sharing, pretty
 
 # Later stages live in their own modules and are loaded on first use, so the
 # core stays importable (and fast to import) on its own.

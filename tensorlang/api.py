@@ -16,6 +16,7 @@ import numpy as np
 from . import functions as F
 from .errors import TensorLangError, TypeCheckError, describe
 from .ir import (
+    as_expr,
     REAL,
     Access,
     Add,
@@ -322,26 +323,7 @@ def register_function(
 # -- operators on expressions -----------------------------------------------------
 
 
-def _lift(x) -> Expr:
-    if isinstance(x, Expr):
-        return x
-    if isinstance(x, (bool, np.bool_)):
-        raise TensorLangError(f"a boolean {x!r} is not a value; use tl.iverson(pred, 1)")
-    if isinstance(x, numbers.Real):
-        if isinstance(x, numbers.Integral):
-            return Const(int(x))  # Const refuses an integer no float64 can hold
-        v = float(x)
-        if not math.isfinite(v):
-            raise TensorLangError(f"constant {v!r} is not finite")
-        return Const(v)
-    if isinstance(x, (Aff, IndexVar, SizeVar)):
-        raise TensorLangError(
-            f"index {x} used as a value: indices are not numbers in this language "
-            "(use an Iverson bracket, e.g. tl.iverson(i == j, 1))"
-        )
-    if isinstance(x, Pred):
-        raise TensorLangError(f"predicate {x} used as a value: write tl.iverson({x}, 1)")
-    raise TensorLangError(f"cannot use {type(x).__name__} {x!r} as a tensorlang expression")
+_lift = as_expr  # (in ir, so that conditionals need not import this module)
 
 
 def _checked(e: Expr) -> Expr:

@@ -27,6 +27,11 @@ import sympy
 from .errors import TensorLangError, UnsupportedError
 from .ir import Expr, PairT, RealT, TensorT, Type, input_vars, size_vars
 from .typecheck import check_program, type_of
+from . import costmodel
+from .autodiff import adjoint, derivative
+from .backend.api import compile as tl_compile
+from .cost_relations import _REL_SYMS, relation_count_values
+from .passes.pipeline import STAGES, run_stage
 
 THEOREM_FACTOR = 4
 DEFAULT_SIZE = 100
@@ -49,19 +54,7 @@ from .decide import (  # noqa: F401  (re-exported: the audit's public decision A
 
 
 # --------------------------------------------------------------------------
-# Costs (through tensorlang.costmodel when it exists)
-
-
-class StageUnavailable(Exception):
-    """A pipeline stage (or the cost model) is not present or refused the program."""
-
-
-def _cost_module():
-    try:
-        from . import costmodel as C
-    except ImportError as exc:
-        raise StageUnavailable(f"the cost model (tensorlang.costmodel) is not available: {exc}") from None
-    return C
+# Costs (through tensorlang.costmodel)
 
 
 def type_size_expr(t: Type) -> sympy.Expr:
@@ -100,7 +93,6 @@ def cost_at(e: Expr, sizes: dict, relations: dict | None = None) -> int:
     """``tl.cost`` at ``sizes`` (only those ``e`` uses), with relation data for its relations."""
     from .ir import relations_of
 
-    C = _cost_module()
     needed = {s.name for s in size_vars(e)}
     for r in relations_of(e):
         for a in r.extents:
@@ -108,70 +100,38 @@ def cost_at(e: Expr, sizes: dict, relations: dict | None = None) -> int:
     kw = {k: v for k, v in sizes.items() if k in needed}
     used = {r.name for r in relations_of(e)}
     kw.update({k: v for k, v in (relations or {}).items() if k in used})
-    return int(C.cost(e, **kw))
+    return int(costmodel.cost(e, **kw))
 
 
 def symbolic_cost_of(e: Expr):
-    C = _cost_module()
-    return canonical_symbols(C.symbolic_cost(e))
+    return canonical_symbols(costmodel.symbolic_cost(e))
 
 
 # --------------------------------------------------------------------------
-# The pipeline's stages (each looked up lazily: stages land independently)
+# The pipeline's stages: the pipeline's own stage list (passes/pipeline.py)
 
-PASS_LABELS = (
-    ("let-lifting", "let_lift", ("let_lift", "let_lifting", "lift_lets", "run")),
-    ("pair elimination", "pair_elim", ("pair_elim", "eliminate_pairs", "pair_elimination", "run")),
-    ("gen pushout", "gen_pushout", ("gen_pushout", "push_gens", "pushout", "run")),
-    ("tensor SSA", "tensor_ssa", ("tensor_ssa", "to_ssa", "ssa", "convert", "run")),
-)
+PASS_LABELS = {  # Stage.name -> the report's label
+    "let_lift": "let-lifting",
+    "pair_elim": "pair elimination",
+    "gen_pushout": "gen pushout",
+    "tensor_ssa": "tensor SSA",
+}
 
 
 def normal_form_passes():
-    """``[(label, fn)]`` for the four passes of Section 5, in order.  Raises
-    StageUnavailable naming the first pass that is missing."""
-    import importlib
-
-    out = []
-    for label, mod_name, candidates in PASS_LABELS:
-        try:
-            mod = importlib.import_module(f"tensorlang.passes.{mod_name}")
-        except ImportError as exc:
-            out.append((label, StageUnavailable(f"passes/{mod_name}.py is not available ({exc})")))
-            continue
-        fn = next((getattr(mod, c) for c in candidates if callable(getattr(mod, c, None))), None)
-        if fn is None:
-            out.append((label, StageUnavailable(f"passes/{mod_name}.py defines none of {candidates}")))
-        else:
-            out.append((label, fn))
-    return out
+    """``[(label, fn)]`` for the four passes of Section 5, in order: exactly
+    ``tensorlang.passes.pipeline.STAGES`` (each run through ``run_stage``, so
+    debug mode checks its pre- and post-condition as ``tl.normalize`` does)."""
+    return [(PASS_LABELS[st.name], lambda e, st=st: run_stage(st, e)) for st in STAGES]
 
 
 def _derivative(e: Expr, wrt):
-    try:
-        from .autodiff import derivative
-    except ImportError as exc:
-        raise StageUnavailable(f"tensorlang.autodiff is not available ({exc})") from None
-    try:  # the paper's D⟦e⟧σ (Theorem 6.1), before any simplification
-        return derivative(e, wrt=list(wrt), simplify=False)
-    except TypeError:
-        return derivative(e, wrt=list(wrt))
+    # the paper's D⟦e⟧σ (Theorem 6.1), before any simplification
+    return derivative(e, wrt=list(wrt), simplify=False)
 
 
-def _adjoint(e: Expr, wrt, mode: str, simplify: bool | None = None):
-    try:
-        from .autodiff import adjoint
-    except ImportError as exc:
-        raise StageUnavailable(f"tensorlang.autodiff is not available ({exc})") from None
-    kw = {"mode": mode}
-    if simplify is not None:
-        kw["simplify"] = simplify
-    try:
-        return adjoint(e, wrt=list(wrt), **kw)
-    except TypeError as exc:
-        if simplify is not None and "simplify" in str(exc):
-            raise StageUnavailable("tl.adjoint has no simplify=False option (raw adjoint not exposed)") from None
-        raise
+def _adjoint(e: Expr, wrt, mode: str, simplify: bool = True):
+    return adjoint(e, wrt=list(wrt), mode=mode, simplify=simplify)
 
 
 # --------------------------------------------------------------------------
@@ -360,8 +320,7 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     ``wrt``: input names or Vars (default: every tensor input); ``sizes``: the
     sizes to report costs at (default :data:`DEFAULT_SIZE` for each).
     """
-    from .printer import pretty
-    from .sharing import explicit_sharing
+    from .sharing import explicit_sharing, pretty
 
     check_program(expr, "tensorlang audit")
     check_bounds(expr)
@@ -385,28 +344,13 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     pass_rows = []
     for label, fn in normal_form_passes():
         if cur is None:
-            pass_rows.append(StageRow(label, reason="an earlier pass is not available"))
-            continue
-        if isinstance(fn, StageUnavailable):
-            pass_rows.append(StageRow(label, reason=str(fn)))
-            cur = None
+            pass_rows.append(StageRow(label, reason="an earlier pass refused the program"))
             continue
         r = _row(label, lambda fn=fn, cur=cur: fn(cur), sizes)
         pass_rows.append(r)
         cur = r.expr
     rows.extend(pass_rows)
     ssa = pass_rows[-1] if pass_rows and pass_rows[-1].available else None
-    if ssa is None:  # tl.normalize may exist even when a pass module is named differently
-        try:
-            from .passes.pipeline import normalize
-
-            ssa = _row("tensor SSA (tl.normalize)", lambda: normalize(prog), sizes)
-            if ssa.available:
-                rows.append(ssa)
-            else:
-                ssa = None
-        except ImportError:
-            pass
     base = ssa.expr if ssa is not None else None
 
     def need_ssa(label, thunk):
@@ -450,8 +394,6 @@ def check_bounds(expr: Expr) -> None:
 def _row(label: str, thunk, sizes) -> StageRow:
     try:
         e = thunk()
-    except StageUnavailable as exc:
-        return StageRow(label, reason=str(exc))
     except UnsupportedError as exc:
         return StageRow(label, reason=f"unsupported: {exc}")
     row = StageRow(label, expr=e)
@@ -463,15 +405,10 @@ def _row(label: str, thunk, sizes) -> StageRow:
         row.cost = cost_at(e, sizes, _relation_data(rels, sizes)[-1])
         if rels:
             reasons.append("cost at sizes on random relation data (density 1/2)")
-    except StageUnavailable as exc:
-        reasons.append(str(exc))
     except TensorLangError as exc:
         reasons.append(f"cost at sizes: {exc}")
     try:
         row.symbolic = symbolic_cost_of(e)
-    except StageUnavailable as exc:
-        if str(exc) not in reasons:
-            reasons.append(str(exc))
     except TensorLangError as exc:
         reasons.append(f"symbolic cost: {exc}")
     row.reason = "; ".join(reasons) or None
@@ -508,11 +445,8 @@ def _compare(name, claim, small: StageRow, big: StageRow, factor, io: bool) -> V
                 worst = v if worst is None else min(worst, v)
             return worst
 
-        try:
-            names = sorted({s.name for s in size_vars(small.expr) | size_vars(big.expr)})
-            d = _grid(ev, names, SMALL_GRID, with_data=bool(rels))
-        except StageUnavailable as exc:
-            return Verdict(name, claim, None, "not available", str(exc))
+        names = sorted({s.name for s in size_vars(small.expr) | size_vars(big.expr)})
+        d = _grid(ev, names, SMALL_GRID, with_data=bool(rels))
     if d.holds is None:
         return Verdict(name, claim, None, "not available", d.detail)
     detail = d.detail
@@ -552,11 +486,6 @@ def _at(expr, sizes: dict, data: dict):
     """Value of a symbolic cost at sizes, its relation counts computed from ``data``."""
     vals = {size_sym(k): v for k, v in sizes.items()}
     if any(is_count(s) for s in expr.free_symbols):
-        try:
-            from .cost_relations import relation_count_values
-        except ImportError:
-            from .cost_symbolic import relation_count_values
-
         counts = relation_count_values(_raw_count_symbols(expr), **sizes, **data)
         by_name = {k.name: v for k, v in counts.items()}
         vals.update({s: by_name[s.name] for s in expr.free_symbols if is_count(s)})
@@ -566,11 +495,6 @@ def _at(expr, sizes: dict, data: dict):
 def _raw_count_symbols(expr):
     """``expr`` with its count symbols replaced by the cost model's own symbols
     (``canonical_symbols`` renamed them; relation_count_values keys on them)."""
-    try:
-        from .cost_relations import _REL_SYMS
-    except ImportError:
-        from .cost_symbolic import _REL_SYMS
-
     return expr.xreplace({s: _REL_SYMS[s.name] for s in expr.free_symbols if s.name in _REL_SYMS})
 
 
@@ -611,10 +535,6 @@ def _verdicts(report, primal, pass_rows, ssa, deriv, adj_raw, adj):
 
 def _kernels(prog: Expr, adjoint: Expr | None) -> dict:
     out = {}
-    try:
-        from .backend.api import compile as tl_compile
-    except ImportError as exc:
-        return {"note": f"the backend (tl.compile) is not available: {exc}"}
     for label, e in (("primal", prog), ("adjoint", adjoint)):
         if e is None:
             out[label] = "(not available)"

@@ -48,14 +48,8 @@ def _check_mode(mode: str) -> None:
 
 def normalize_for_adjoint(expr: Expr) -> Expr:
     """The four normal-form passes (tensor SSA), as the adjoint rules require."""
-    from .passes.ssa_form import is_tensor_ssa
+    from .passes.pipeline import normalize
 
-    try:
-        from .passes.pipeline import normalize
-    except ImportError:  # the normal-form stage is not installed
-        if is_tensor_ssa(expr, canonical=False):
-            return expr
-        raise UnsupportedError("tl.normalize is not available, and the program is not in tensor SSA form") from None
     return normalize(expr)
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from .api import const as _lift
+from .ir import as_expr as _lift
 from .errors import TensorLangError, TypeCheckError, describe
 from .functions import FunctionDef, register
 from .ir import REAL, Call, Const, Expr, Pred

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .costmodel import _parse_kwargs, cost, count_at
+from .cost_fig6 import _parse_kwargs, cost, count_at
 from .errors import InputError, TensorLangError, UnsupportedError, describe
 from .ir import Const, Expr, Iverson, Pair, PairT, Pred, RealT, TensorT, Type, input_vars, relations_of
 from .typecheck import type_of
@@ -28,17 +28,6 @@ def _extent_value(a, sizes: dict) -> int:
     except TensorLangError:
         missing = sorted(s.name for s in a.size_vars() if s.name not in sizes)
         raise InputError(f"no value for the size(s) {missing}; pass them as keywords") from None
-
-
-def type_cost(T: Type, **sizes):
-    """``$(T)`` of rule 6.53: ``$(ℝ) = 1``, ``$(T0 × T1) = $(T0) + $(T1)``,
-    ``$([n]T) = n · $(T)``.  An int at the given sizes; a sympy expression in
-    the size symbols when no sizes are given."""
-    if not sizes:
-        from .cost_symbolic import symbolic_type_cost
-
-        return symbolic_type_cost(T)
-    return type_cost_at(T, sizes)
 
 
 def type_cost_at(T: Type, sizes: dict) -> int:

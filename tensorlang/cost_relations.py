@@ -28,7 +28,7 @@ import numpy as np
 import sympy
 
 from . import isl_bridge as ib
-from .costmodel import _conjuncts, has_relation
+from .cost_preds import _conjuncts, has_relation
 from .errors import TensorLangError, UnsupportedError, describe
 from .ir import TRUE, Aff, And, Cmp, Exists, IndexVar, Or, Pred, Rel, conj, free_indices, fresh_index, subst, sym_aff
 
@@ -88,7 +88,7 @@ def relation_count_values(expr, **sizes_and_relations) -> dict:
             continue
         name, spec = meta
         if name == "pred":
-            from .costmodel import _pred_vec
+            from .cost_preds import _pred_vec
             from .ir import relations_of
 
             rels = {}

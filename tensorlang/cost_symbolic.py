@@ -28,7 +28,7 @@ import islpy as isl
 import sympy
 
 from . import isl_bridge as ib
-from .costmodel import ADD, MUL, _conjuncts, cost_terms, has_relation
+from .cost_fig6 import ADD, MUL, _conjuncts, cost_terms, has_relation
 from .cost_relations import (  # noqa: F401  (re-exported: the symbols' public API)
     _REL_META,
     _REL_SYMS,

@@ -35,10 +35,11 @@ class UnsupportedError(TensorLangError):
 
 def describe(node) -> str:
     """Short printed form of a node for error messages (bounded length)."""
+    # a node's repr is the printer's output (printer.pretty, which runs no
+    # pass), so this module need not import the printer (which imports the
+    # node classes, which raise these errors)
     try:
-        from .printer import pretty
-
-        text = pretty(node)
-    except Exception:  # the printer must never hide the real error
         text = repr(node)
+    except Exception:  # the printer must never hide the real error
+        text = object.__repr__(node)
     return text if len(text) <= 200 else text[:197] + "..."

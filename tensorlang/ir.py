@@ -28,6 +28,8 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
+import numpy as _np
+
 from .errors import IndexError_, TensorLangError
 
 # --------------------------------------------------------------------------
@@ -391,13 +393,8 @@ def as_aff(x) -> Aff:
         return Aff((), x)
     if isinstance(x, Sym):
         return Aff(((x, 1),), 0)
-    try:
-        import numpy as _np
-
-        if isinstance(x, _np.integer):
-            return Aff((), int(x))
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(x, _np.integer):
+        return Aff((), int(x))
     if isinstance(x, Expr):
         from .errors import describe
 
@@ -450,6 +447,30 @@ def as_pred(p) -> Pred:
     if isinstance(p, bool):
         return TRUE if p else FALSE
     raise TensorLangError(f"expected a predicate, got {p!r}")
+
+
+def as_expr(x) -> Expr:
+    """Coerce a Python/NumPy real to :class:`Const` (an Expr as is); refuse
+    booleans, non-finite values, indices and predicates used as values."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, (bool, _np.bool_)):
+        raise TensorLangError(f"a boolean {x!r} is not a value; use tl.iverson(pred, 1)")
+    if isinstance(x, numbers.Real):
+        if isinstance(x, numbers.Integral):
+            return Const(int(x))  # Const refuses an integer no float64 can hold
+        v = float(x)
+        if not math.isfinite(v):
+            raise TensorLangError(f"constant {v!r} is not finite")
+        return Const(v)
+    if isinstance(x, (Aff, IndexVar, SizeVar)):
+        raise TensorLangError(
+            f"index {x} used as a value: indices are not numbers in this language "
+            "(use an Iverson bracket, e.g. tl.iverson(i == j, 1))"
+        )
+    if isinstance(x, Pred):
+        raise TensorLangError(f"predicate {x} used as a value: write tl.iverson({x}, 1)")
+    raise TensorLangError(f"cannot use {type(x).__name__} {x!r} as a tensorlang expression")
 
 
 @node

@@ -9,9 +9,10 @@ is decorated (``i'``, ``i''``, ``i3``, ...) only on a real clash: when the
 plain name is already taken by a variable free in the binder's body (an
 outer binder that the body refers to), by an input, or by a size.
 
-``pretty(e)`` (and ``str(e)``) shows sharing: a sub-term that does work and
-is used more than once in the DAG is printed once, as a ``let``
-(``explicit_sharing``).  ``pretty(e, sharing=False)`` prints the tree as is.
+The printer only prints: ``pretty(e)`` (and ``str(e)``, ``repr(e)``) show
+the term as it is, running no pass.  ``tl.pretty(e)`` (``sharing.pretty``)
+first makes sharing explicit: a sub-term that does work and is used more than
+once in the DAG is printed once, as a ``let``.
 """
 
 from __future__ import annotations
@@ -206,12 +207,8 @@ def pretty_type(t) -> str:
 
 
 @deep
-def pretty(e, *, sharing: bool = True) -> str:
-    """Signature: pretty : Node -> str (the paper's notation).
-
-    Expressions print with their sharing made explicit as lets (unless
-    ``sharing=False``); predicates, indices and types print as they are.
-    """
+def pretty(e) -> str:
+    """Signature: pretty : Node -> str (the paper's notation), the term as it is."""
     if isinstance(e, Pred):
         return pretty_pred(e)
     if isinstance(e, Aff):
@@ -222,13 +219,6 @@ def pretty(e, *, sharing: bool = True) -> str:
         return pretty_sym(e)
     if not isinstance(e, Expr):
         raise TypeError(f"not a tensorlang node: {e!r}")
-    if sharing:
-        try:
-            from .sharing import explicit_sharing
-
-            e = explicit_sharing(e)
-        except Exception:  # an ill-typed term (in an error message): print it as is
-            pass
     return _pretty(e, 0, _top_names(e))
 
 
@@ -302,8 +292,3 @@ def _left_factor(a, env: _Names) -> str:
     s = _pretty(a, 2, env)
     return f"({s})" if isinstance(a, Iverson) else s
 
-
-def pretty_type_of(e) -> str:
-    from .typecheck import type_of
-
-    return pretty_type(type_of(e))

@@ -57,6 +57,7 @@ from .ir import (
     sym_aff,
     walk,
 )
+from .printer import pretty as _print
 from .typecheck import type_of
 
 
@@ -380,3 +381,13 @@ def _replace(e: Node, repl: dict) -> Node:
         return got
 
     return go(e)
+
+
+def pretty(e, *, sharing: bool = True) -> str:
+    """``tl.pretty``: the paper's notation (``printer.pretty``), an
+    expression's sharing first made explicit as lets (``explicit_sharing``),
+    unless ``sharing=False``; predicates, indices and types print as they are.
+    An ill-typed expression is refused by explicit_sharing with its error."""
+    if sharing and isinstance(e, Expr):
+        e = explicit_sharing(e)
+    return _print(e)

@@ -380,7 +380,7 @@ def test_const_iverson_constructs():
 
 def test_fusion_keeps_the_cost_models_count():
     from tensorlang.backend.prepare import prepare
-    from tensorlang.backend.fusion import fused_program
+    from tensorlang.backend.lower import fused_program
 
     nn, mm = tl.sizes("n m")
     xs = tl.tensor("x", nn + mm - 1)

@@ -102,7 +102,7 @@ def test_numba_compiled_programs_equal_evaluator(prog):
 @settings(max_examples=25, **SETTINGS)
 @given(prog=programs(relations=False))
 def test_fusion_never_raises_the_cost(prog):
-    from tensorlang.backend.fusion import fused_program
+    from tensorlang.backend.lower import fused_program
 
     try:
         ssa = tl.normalize(prog.expr)

@@ -106,17 +106,18 @@ def test_lets_print_and_shadowing_lets_are_decorated():
     assert str(reads_outer) == "let t = z[0] in\nlet t' = t·t in\nt'·t'"
 
 
-def test_str_shows_sharing_as_lets_and_pretty_can_show_the_tree():
+def test_pretty_shows_sharing_as_lets_and_str_shows_the_tree():
     y = tl.gen(n, lambda i: tl.sum(m, lambda j: x[i - j + m - 1] * c[j]))
     loss = tl.sum(n, lambda i: (y[i] - z[i]) ** 2)
-    shown = str(loss)
+    shown = tl.pretty(loss)
     assert shown == (
         "let t = gen[i:n] sum[j:m] x[i - j + m - 1]·c[j] in\n"
         "sum[i:n] let t' = t[i] - z[i] in\n"
         "t'·t'"
     )
-    tree = pretty(loss, sharing=False)
+    tree = pretty(loss)  # the printer only prints: no sharing pass
     assert tree.count("gen[") == 2 and "let" not in tree
+    assert str(loss) == repr(loss) == tree == tl.pretty(loss, sharing=False)
 
 
 def test_printing_predicates_types_and_indices_directly():
@@ -132,4 +133,4 @@ def test_printing_predicates_types_and_indices_directly():
 def test_every_random_program_prints(prog: Program):
     text = str(prog.expr)
     assert text and not any(ch in text for ch in "₀₁₂₃₄₅₆₇₈₉")  # plain names, no uids
-    assert pretty(prog.expr, sharing=False)
+    assert pretty(prog.expr)

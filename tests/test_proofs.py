@@ -69,3 +69,21 @@ def test_quick_obligation(number):
 def test_quick_theorem(number):
     (r,) = runner.run(quick=True, only=[number])
     assert r.verdict != FAIL, f"{r.number}: {r.detail}"
+
+
+def test_a_missing_module_fails_an_obligation_instead_of_passing_vacuously(monkeypatch):
+    # issue 14 item 5: a missing pass module is a FAIL, never "no instances"
+    import importlib
+
+    from proofs import framework
+
+    real = importlib.import_module
+
+    def missing(name, *a):
+        if name == "tensorlang.passes.gen_pushout":
+            raise ImportError("No module named 'tensorlang.passes.gen_pushout'")
+        return real(name, *a)
+
+    monkeypatch.setattr(framework.importlib, "import_module", missing)
+    r = framework.guarded("5.21", "gen pushout", framework.load_rules)
+    assert r.verdict == framework.FAIL and "gen_pushout" in r.detail

@@ -312,18 +312,5 @@ def fuse(binds, outs, base: Scope):
     return binds
 
 
-__all__ = ["split_program", "resolve_aliases", "fuse", "fused_program", "out_vars", "rhs_ok", "zero_cost"]
+__all__ = ["split_program", "resolve_aliases", "fuse", "out_vars", "rhs_ok", "zero_cost"]
 
-
-def fused_program(expr: Expr) -> Expr:
-    """The let-block the lowering compiles (aliases resolved, bindings fused),
-    as an expression: for inspection and for checking that fusion keeps the
-    cost model's count."""
-    from ..ir import make_lets
-    from .lower import Lowerer
-
-    binds, out = split_program(expr)
-    binds, out = resolve_aliases(binds, out)
-    base = Lowerer(expr, "sparse").scope0
-    binds = fuse(binds, [o for o in out_vars(out) if isinstance(o, Var)], base)
-    return make_lets(binds, out)

@@ -55,6 +55,7 @@ from ..ir import (
     conj,
     gens,
     input_vars,
+    make_lets,
     relations_of,
     shape_of,
     size_vars,
@@ -62,6 +63,7 @@ from ..ir import (
 )
 from . import kir as K
 from .astgen import to_loops
+from .fusion import fuse, out_vars, resolve_aliases, split_program
 from .domains import MAX_SIZE, Scope, aff_expr, affine_test, ast_for, box_cons, conjuncts, covers, has_rel, in_range, prove_access
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
@@ -504,8 +506,6 @@ def lower_program(program: Expr, mode: str = "sparse"):
     positional arguments and results to the program's names for the caller
     (JSON-serialisable).
     """
-    from .fusion import fuse, out_vars, resolve_aliases, split_program
-
     binds, out = split_program(program)
     binds, out = resolve_aliases(binds, out)
     lw = Lowerer(program, mode)
@@ -570,6 +570,18 @@ def lower_program(program: Expr, mode: str = "sparse"):
     return ir, spec
 
 
+def fused_program(expr: Expr) -> Expr:
+    """The let-block the lowering compiles (aliases resolved, bindings fused,
+    as lower_program does), as an expression: for inspection and for checking
+    that fusion keeps the cost model's count.  (Here, not in fusion.py: it
+    needs the Lowerer's base scope, and fusion sits below lower.)"""
+    binds, out = split_program(expr)
+    binds, out = resolve_aliases(binds, out)
+    base = Lowerer(expr, "sparse").scope0
+    binds = fuse(binds, [o for o in out_vars(out) if isinstance(o, Var)], base)
+    return make_lets(binds, out)
+
+
 def _out_spec(out, outs):
     # leaves are returned in the order of out_vars (duplicates returned twice)
     counter = iter(range(len(outs)))
@@ -582,4 +594,4 @@ def _out_spec(out, outs):
     return go(out)
 
 
-__all__ = ["Lowerer", "hoist", "split_bracket", "lower_program", "aff_expr", "const_value"]
+__all__ = ["Lowerer", "hoist", "split_bracket", "lower_program", "fused_program", "aff_expr", "const_value"]
