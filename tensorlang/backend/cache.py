@@ -210,7 +210,10 @@ def _read_text(path: str, limit: int) -> str:
 
 def _read_entry(key: str, d: str, program, mode):
     src_path, meta_path = paths(key, d)
-    if not os.path.lexists(meta_path) and not os.path.lexists(src_path):
+    if not os.path.lexists(meta_path):
+        # The JSON commits an entry and is written last: without it the entry
+        # is absent, or another process is mid-store.  Never delete its source
+        # (that process is about to import it); a store replaces it atomically.
         return None
     meta_text = _read_text(meta_path, MAX_META_BYTES)
     try:
