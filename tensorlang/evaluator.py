@@ -32,7 +32,7 @@ import sympy
 
 from . import bounds
 from .errors import IndexError_, InputError, TensorLangError, describe
-from .functions import lookup
+from .functions import expand_derivative, lookup
 from .ir import (
     Access,
     Add,
@@ -205,6 +205,13 @@ class Evaluator:
                 return self.ev(a, env) + self.ev(b, env)  # 4.3
             case Mul(lhs=a, rhs=b):
                 return self.ev(a, env) * self.ev(b, env)  # 4.4
+            case Call(fn=f, args=args) if f.startswith("D[") and f.endswith("]"):
+                # rule 6.6's black box D[f](x; t) means sum_k (d_k f)(x)·t_k with
+                # literal-zero tangents dropped, exactly as the kernels emit it:
+                # a constant argument contributes nothing even where its partial
+                # is infinite (d(1/x) at x = 0 is -inf, not 0·inf = nan)
+                k = len(args) // 2
+                return self.ev(expand_derivative(f[2:-1], args[:k], args[k:]), env)
             case Call(fn=f, args=args):
                 return dom.call(f, [self.ev(a, env) for a in args])  # 4.5
             case Pair(fst=a, snd=b):

@@ -73,3 +73,16 @@ def test_cost_at_huge_sizes_is_exact_not_an_isl_error():
     N = 10**30
     assert tl.cost(prog, n=N) == 2 * N - 3  # N - 1 products, N - 2 additions
     assert tl.cost(prog, n=2**64 + 5) == 2 * (2**64 + 5) - 3
+
+
+@pytest.mark.parametrize("runtime", ["evaluator", "compiled"])
+def test_gradient_of_reciprocal_at_zero_is_minus_inf_on_both_runtimes(monkeypatch, runtime):
+    # 1/x is div(1, x): the constant numerator's tangent is a literal zero and
+    # contributes nothing, even where its partial 1/x is infinite (no 0·inf = nan)
+    monkeypatch.setenv("TENSORLANG_RUNTIME", runtime)
+    loss = tl.sum(n, lambda i: 1 / x[i])
+    xv = np.tile(X, 12)  # above the evaluator threshold of TENSORLANG_RUNTIME=auto
+    g = tl.grad(loss, wrt=x)(x=xv)
+    with np.errstate(all="ignore"):
+        want = -1.0 / xv ** 2
+    np.testing.assert_array_equal(g, want)
