@@ -1,0 +1,524 @@
+"""Sparse tensors and prepared relation data (issue 16; issue 13 item 1).
+
+Paper Section 4.3 (relations as data predicates, rule 4.20) and Section 6
+(the adjoint of a relation-guarded program stays guarded).
+
+* ``sparse_tensor("A", S)`` declares an input of type ``[n][m]R`` stored on
+  the relation ``S`` (an :class:`~tensorlang.ir.SparseVar`).  Every read the
+  API builds, ``A[i, j]``, is ``[S(i, j)]·A[i][j]``: typing, normal forms,
+  the total and adjoint derivatives, simplification and the cost model see
+  an ordinary variable under a relation bracket, so loops narrow to S's
+  non-zeros and the adjoint of ``A`` is a gen guarded by ``[S(i, j)]``.
+* :class:`RelationData` is a relation's data prepared once: its coordinates
+  sorted and unique, plus (on demand, cached) the dense table and the
+  CSR-like arrays a kernel iterates.  ``relation_data(x)`` builds one from a
+  boolean mask, integer coordinate rows or a scipy.sparse matrix, and keeps
+  it in a cache keyed by the array: identity plus an exact comparison with a
+  copy of the array's structure, so a mutated array is converted again and
+  a stale entry is never used.
+* :func:`prepare` turns the call's sparse data (scipy.sparse in any format,
+  or ``(coords, values)``) into :class:`SparseData` (values aligned with the
+  relation's sorted coordinates) and fills in, or checks, the relation's
+  data.  :func:`to_sparse` turns a cotangent into a ``scipy.sparse.csr_matrix``
+  with exactly the relation's pattern.
+
+Duplicates are summed and explicit zeros are stored entries, as scipy
+defines them.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from .errors import InputError, TensorLangError
+from .ir import Access, Gen, Iverson, Relation, SparseVar, Var, as_aff, fresh_index, input_vars, tensor_type
+
+# --------------------------------------------------------------------------
+# Declaring
+
+
+def sparse_tensor(name: str, rel) -> SparseVar:
+    """An input of type ``[n0]...[nk]R`` whose values exist only where ``rel`` holds."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TensorLangError(f"the name of a sparse tensor must be an identifier string, got {name!r}")
+    if not isinstance(rel, Relation):
+        raise TensorLangError(f"sparse tensor {name!r}: expected a relation (tl.relation), got {rel!r}")
+    if not rel.extents:
+        raise TensorLangError(f"sparse tensor {name!r}: relation {rel.name} has no extents")
+    return SparseVar(name, 0, tensor_type(list(rel.extents)), rel)
+
+
+def guarded_read(v: SparseVar, keys) -> object:
+    """``A[k0, ...]`` for a sparse tensor: the access under ``[S(k0, ...)]``;
+    a partial access is the gen over the remaining indices (a row of A, 0 off S)."""
+    keys = [as_aff(k) for k in keys]
+    rest = [fresh_index("j") for _ in range(len(v.rel.extents) - len(keys))]
+    idx = keys + [as_aff(j) for j in rest]
+    body = v
+    for a in idx:
+        body = Access(body, a)
+    out = Iverson(v.rel(*idx), body)
+    for j, n in reversed(list(zip(rest, v.rel.extents[len(keys):]))):
+        out = Gen(j, n, out)
+    return out
+
+
+def sparse_inputs(program) -> list:
+    """The program's sparse tensor inputs, sorted by name."""
+    return [v for v in input_vars(program) if isinstance(v, SparseVar)]
+
+
+def tangent_of(x: Var, dx: Var) -> Var:
+    """The tangent input of ``x``: sparse on the same relation when ``x`` is."""
+    if isinstance(x, SparseVar):
+        return SparseVar(dx.name, dx.uid, dx.type, x.rel)
+    return dx
+
+
+# --------------------------------------------------------------------------
+# Relation data
+
+
+def _lex_sort_unique(coords: np.ndarray) -> np.ndarray:
+    if len(coords) == 0:
+        return coords
+    order = np.lexsort(coords.T[::-1])
+    c = coords[order]
+    keep = np.ones(len(c), dtype=bool)
+    keep[1:] = np.any(c[1:] != c[:-1], axis=1)
+    return np.ascontiguousarray(c[keep])
+
+
+class RelationData:
+    """A relation's data, prepared once (see the module doc).
+
+    ``coords``: int64 array (nnz, arity), sorted lexicographically, unique.
+    ``shape``: the extents (None for coordinate rows given without a shape;
+    :meth:`bound` fixes it at call time)."""
+
+    def __init__(self, coords: np.ndarray, shape):
+        self.coords = coords
+        self.coords.setflags(write=False)
+        self.shape = None if shape is None else tuple(int(s) for s in shape)
+        self._lock = threading.Lock()
+        self._dense = None
+        self._arrays: dict = {}
+        self._bound: dict = {}
+
+    @property
+    def nnz(self) -> int:
+        return len(self.coords)
+
+    @property
+    def arity(self) -> int:
+        return self.coords.shape[1]
+
+    def __repr__(self):
+        return f"RelationData(shape={self.shape}, nnz={self.nnz})"
+
+    def bound(self, shape, what: str) -> "RelationData":
+        """This data at extents ``shape`` (checked: every coordinate in range)."""
+        shape = tuple(int(s) for s in shape)
+        if self.shape is not None:
+            if self.shape != shape:
+                raise InputError(f"{what} has shape {self.shape}; the program's sizes give {shape}")
+            return self
+        got = self._bound.get(shape)
+        if got is None:
+            _check_range(self.coords, shape, what)
+            got = RelationData(self.coords, shape)
+            self._bound[shape] = got
+        return got
+
+    def dense(self) -> np.ndarray:
+        if self._dense is None:
+            d = np.zeros(self.shape, dtype=bool)
+            if self.nnz:
+                d[tuple(self.coords.T)] = True
+            d.setflags(write=False)
+            self._dense = d
+        return self._dense
+
+    def linear(self, perm=None) -> np.ndarray:
+        """Row-major linear index of every coordinate (columns in order ``perm``)."""
+        perm = tuple(range(self.arity)) if perm is None else tuple(perm)
+        ext = [self.shape[k] for k in perm]
+        out = np.zeros(self.nnz, dtype=np.int64)
+        for k, n in zip(perm, ext):
+            out = out * n + self.coords[:, k]
+        return out
+
+    def order(self, perm) -> np.ndarray:
+        """Positions of the coordinates sorted with columns in order ``perm``
+        (the CSC permutation for ``(1, 0)``)."""
+        key = ("order", tuple(perm))
+        got = self._arrays.get(key)
+        if got is None:
+            if tuple(perm) == tuple(range(self.arity)):
+                got = np.arange(self.nnz, dtype=np.int64)
+            else:
+                got = np.argsort(self.linear(perm), kind="stable").astype(np.int64)
+            self._arrays[key] = got
+        return got
+
+    def kernel_arrays(self, perm, ptrs, cols) -> list:
+        """The CSR-like arrays a kernel iterates: ``ptr{L}`` row starts over the
+        first ``L`` columns of ``perm``, then column ``k`` of the sorted coords."""
+        key = ("kernel", tuple(perm), tuple(ptrs), tuple(cols))
+        got = self._arrays.get(key)
+        if got is not None:
+            return got
+        c = self.coords[:, list(perm)][self.order(perm)] if self.nnz else np.zeros((0, self.arity), np.int64)
+        ext = [self.shape[k] for k in perm]
+        out = []
+        for L in ptrs:
+            if L == 0:
+                out.append(np.array([0, len(c)], dtype=np.int64))
+                continue
+            nrows = int(np.prod(ext[:L]))
+            flat = np.zeros(len(c), dtype=np.int64)
+            for k in range(L):
+                flat = flat * ext[k] + c[:, k]
+            counts = np.bincount(flat, minlength=nrows)
+            out.append(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+        for k in cols:
+            out.append(np.ascontiguousarray(c[:, k]))
+        with self._lock:
+            self._arrays[key] = out
+        return out
+
+
+def _check_range(coords: np.ndarray, shape, what: str) -> None:
+    if coords.shape[1] != len(shape):
+        raise InputError(f"{what}: coordinates have {coords.shape[1]} column(s), the relation has arity {len(shape)}")
+    for k, n in enumerate(shape):
+        if len(coords) and (coords[:, k].min() < 0 or coords[:, k].max() >= n):
+            raise InputError(f"{what}: coordinate column {k} is outside [0, {n})")
+
+
+def _coords_array(c, what: str, arity=None) -> np.ndarray:
+    arr = np.asarray(c)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)):
+            raise InputError(f"{what}: coordinates contain NaN or infinity")
+        if not np.all(arr == np.round(arr)):
+            raise InputError(f"{what}: coordinates must be integers")
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu" or arr.dtype == bool:
+        raise InputError(f"{what}: coordinates must be integer rows, got dtype {arr.dtype}")
+    if arr.size == 0 and arity is not None:
+        arr = arr.reshape(0, arity)
+    if arr.ndim == 1 and arity == 1:
+        arr = arr.reshape(-1, 1)
+    if arr.ndim != 2 or (arity is not None and arr.shape[1] != arity):
+        raise InputError(f"{what}: coordinates must have shape (nnz, {arity if arity is not None else 'arity'}), got {arr.shape}")
+    if len(arr) and arr.min() < 0:
+        raise InputError(f"{what}: a coordinate is negative")
+    return arr.astype(np.int64)
+
+
+def _is_scipy(x) -> bool:
+    try:
+        import scipy.sparse as sp
+    except ModuleNotFoundError:  # scipy is optional: then nothing is a scipy matrix
+        return False
+    return sp.issparse(x)
+
+
+def _canonical_csr(m):
+    """scipy matrix -> CSR with duplicates summed and indices sorted (scipy's
+    canonical format; explicit zeros stay stored entries).  No copy when the
+    matrix already is one."""
+    import scipy.sparse as sp
+
+    if m.ndim != 2:
+        raise InputError("a scipy.sparse input must be 2-dimensional")
+    if sp.isspmatrix_csr(m) or getattr(m, "format", None) == "csr":
+        if m.has_canonical_format:
+            return m
+        m = m.copy()
+    else:
+        m = m.tocsr(copy=True)
+    m.sum_duplicates()
+    m.sort_indices()
+    return m
+
+
+def _csr_coords(m) -> np.ndarray:
+    rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+    return np.stack([rows, m.indices.astype(np.int64)], axis=1)
+
+
+# the cache keyed by the array: id -> (weak reference, exact structure copy, RelationData)
+_CACHE: dict = {}
+_CACHE_MAX = 64
+_CACHE_LOCK = threading.Lock()
+
+
+def _structure(x):
+    """A copy of what decides ``x``'s pattern (compared exactly on a hit)."""
+    if isinstance(x, np.ndarray):
+        return ("nd", x.shape, x.dtype.str, x.copy())
+    if getattr(x, "format", None) in ("csr", "csc"):
+        return (x.format, x.shape, x.indptr.copy(), x.indices.copy())
+    if getattr(x, "format", None) == "coo":
+        return ("coo", x.shape, np.array(x.coords[0]), np.array(x.coords[1]))
+    return None  # other formats (lil, dok, dia, bsr): converted on every call
+
+
+def _same(a, b) -> bool:
+    if a is None or b is None or len(a) != len(b) or a[0] != b[0]:
+        return False
+    for x, y in zip(a[1:], b[1:]):
+        if isinstance(x, np.ndarray):
+            if not (isinstance(y, np.ndarray) and x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _cached(x, build, what):
+    try:
+        ref = weakref.ref(x)
+    except TypeError:
+        return build(x, what)
+    st = _structure(x)
+    if st is None:
+        return build(x, what)
+    with _CACHE_LOCK:
+        got = _CACHE.get(id(x))
+    if got is not None and got[0]() is x and _same(got[1], st):
+        return got[2]
+    out = build(x, what)
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[id(x)] = (ref, st, out)
+    return out
+
+
+def _build_relation(x, what: str) -> RelationData:
+    if _is_scipy(x):
+        m = _canonical_csr(x)
+        return RelationData(_csr_coords(m), m.shape)
+    arr = np.asarray(x)
+    if arr.dtype == bool:
+        return RelationData(np.argwhere(arr).astype(np.int64), arr.shape)
+    coords = _coords_array(arr, what)
+    return RelationData(_lex_sort_unique(coords), None)
+
+
+def relation_data(data, what: str = "relation data") -> RelationData:
+    """A relation's data prepared once: from a boolean mask, integer coordinate
+    rows ``(nnz, arity)`` or a scipy.sparse matrix (its stored entries).
+    Reusable across calls; the same array given again is not converted again."""
+    if isinstance(data, RelationData):
+        return data
+    if isinstance(data, SparseData):
+        return data.rel
+    return _cached(data, _build_relation, what)
+
+
+# --------------------------------------------------------------------------
+# Sparse tensor data
+
+
+class SparseData:
+    """A sparse tensor's value: ``values[p]`` at ``rel.coords[p]``."""
+
+    __slots__ = ("rel", "values")
+
+    def __init__(self, rel: RelationData, values: np.ndarray):
+        self.rel, self.values = rel, values
+
+    def dense(self, dtype=np.float64) -> np.ndarray:
+        d = np.zeros(self.rel.shape, dtype=dtype)
+        if self.rel.nnz:
+            d[tuple(self.rel.coords.T)] = self.values
+        return d
+
+
+def _values_array(v, what: str) -> np.ndarray:
+    arr = np.asarray(v)
+    if arr.dtype.kind not in "fiu" or arr.dtype == bool:
+        raise InputError(f"{what}: values must be real numbers, got dtype {arr.dtype}")
+    if arr.dtype != np.float32:
+        arr = arr.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"{what}: values contain NaN or infinity")
+    return arr
+
+
+def _pattern_and_values(v: SparseVar, data, shape):
+    """(RelationData of the data's own pattern, values aligned with it)."""
+    what = f"sparse tensor {v.name}"
+    arity = len(v.rel.extents)
+    if _is_scipy(data):
+        if arity != 2:
+            raise InputError(f"{what} is stored on the {arity}-ary relation {v.rel.name}; pass (coords, values)")
+        m = _canonical_csr(data)
+        rd = _cached(data, _build_relation, what) if _structure(data) is not None else RelationData(_csr_coords(m), m.shape)
+        return rd, _values_array(m.data, what)
+    if isinstance(data, tuple) and len(data) == 2:
+        coords = _coords_array(data[0], what, arity)
+        vals = _values_array(data[1], what)
+        if vals.shape != (len(coords),):
+            raise InputError(f"{what}: {len(coords)} coordinate rows but values of shape {vals.shape}")
+        if shape is None:
+            raise InputError(f"{what}: given as (coords, values), its shape is unknown; pass the data of relation {v.rel.name} or the sizes")
+        _check_range(coords, shape, what)
+        rd = RelationData(_lex_sort_unique(coords), shape)
+        pos = np.searchsorted(rd.linear(), _linear(coords, shape))
+        out = np.zeros(rd.nnz, dtype=vals.dtype)
+        np.add.at(out, pos, vals)  # duplicates summed, as scipy's COO defines
+        return rd, out
+    if isinstance(data, SparseData):
+        return data.rel, data.values
+    raise InputError(f"{what} needs scipy.sparse data or a (coords, values) pair, got {type(data).__name__}")
+
+
+def _linear(coords, shape) -> np.ndarray:
+    out = np.zeros(len(coords), dtype=np.int64)
+    for k, n in enumerate(shape):
+        out = out * n + coords[:, k]
+    return out
+
+
+def _align(pat: RelationData, vals, rel: RelationData, what: str, rname: str) -> np.ndarray:
+    """Values on ``pat`` moved onto ``rel``'s coordinates (0 where ``pat`` has none)."""
+    if pat is rel or (pat.nnz == rel.nnz and np.array_equal(pat.coords, rel.coords)):
+        return vals
+    a, b = pat.linear(), rel.linear()
+    pos = np.searchsorted(b, a)
+    bad = (pos >= len(b)) | (b[np.minimum(pos, max(len(b) - 1, 0))] != a) if len(b) else np.ones(len(a), bool)
+    if len(a) and np.any(bad):
+        k = int(np.argmax(bad))
+        raise InputError(f"{what} stores an entry at {tuple(int(c) for c in pat.coords[k])}, where relation {rname} does not hold")
+    out = np.zeros(rel.nnz, dtype=vals.dtype)
+    out[pos] = vals
+    return out
+
+
+def _sizes_from(program, kwargs, rel: Relation):
+    """The relation's extents when every size in them is given as an int or
+    is the length of a dense input's axis declared with that size alone
+    (InputErrors about disagreeing shapes are left to ``prepare_inputs``)."""
+    from .ir import SizeVar, TensorT
+
+    env = {}
+    for v in input_vars(program):
+        val = kwargs.get(v.name)
+        if isinstance(v, SparseVar) or not isinstance(val, np.ndarray) or not isinstance(v.type, TensorT):
+            continue
+        t, axis = v.type, 0
+        while isinstance(t, TensorT) and axis < val.ndim:
+            a = t.extent
+            if a.const == 0 and len(a.terms) == 1 and a.terms[0][1] == 1 and isinstance(a.terms[0][0], SizeVar):
+                env.setdefault(a.terms[0][0], int(val.shape[axis]))
+            t, axis = t.elem, axis + 1
+    for a in rel.extents:
+        for s in a.size_vars():
+            v = kwargs.get(s.name)
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                env[s] = int(v)
+            elif s not in env:
+                return None
+    return tuple(int(a.evaluate(env)) for a in rel.extents)
+
+
+def prepare(program, kwargs: dict) -> dict:
+    """The call's inputs with every sparse tensor as :class:`SparseData` on its
+    relation's :class:`RelationData`, and every relation of a sparse tensor
+    given (or taken from the tensor's pattern) as :class:`RelationData`."""
+    svars = sparse_inputs(program)
+    if not svars:
+        return kwargs
+    out = dict(kwargs)
+    by_rel: dict = {}
+    for v in svars:
+        by_rel.setdefault(v.rel, []).append(v)
+    for rel, vs in by_rel.items():
+        given = out.get(rel.name)
+        rd = relation_data(given, f"relation {rel.name}") if given is not None else None
+        shape = rd.shape if rd is not None else None
+        if shape is None:
+            shape = _sizes_from(program, kwargs, rel)
+        pats = []
+        for v in vs:
+            if v.name not in out:
+                continue  # reported as missing by prepare_inputs
+            pat, vals = _pattern_and_values(v, out[v.name], shape)
+            shape = shape or pat.shape
+            if pat.shape != shape:
+                raise InputError(f"sparse tensor {v.name} has shape {pat.shape}; relation {rel.name} has shape {shape}")
+            pats.append((v, pat, vals))
+        if rd is None:
+            if not pats:
+                continue
+            rd = pats[0][1]  # the relation's data taken from the first tensor's pattern
+        elif rd.shape is None and shape is not None:
+            rd = rd.bound(shape, f"relation {rel.name}")
+        for v, pat, vals in pats:
+            out[v.name] = SparseData(rd, _align(pat, vals, rd, f"sparse tensor {v.name}", rel.name))
+        out[rel.name] = rd
+    return out
+
+
+def dense_inputs(program, kwargs: dict) -> dict:
+    """:func:`prepare`, then every sparse value and prepared relation data
+    densified (the reference evaluator's representation)."""
+    from .ir import relations_of
+
+    out = prepare(program, kwargs)
+    if out is kwargs:
+        out = dict(kwargs)
+    for v in sparse_inputs(program):
+        d = out.get(v.name)
+        if isinstance(d, SparseData):
+            out[v.name] = d.dense(d.values.dtype)
+    for r in relations_of(program):
+        if r.name not in out:
+            continue  # reported as missing by prepare_inputs
+        d = out[r.name]
+        if _is_scipy(d):
+            d = relation_data(d, f"relation {r.name}")
+        out[r.name] = relation_value(d)
+    return out
+
+
+def relation_value(data):
+    """Relation data as the evaluator takes it (dense table or coordinate rows)."""
+    if isinstance(data, RelationData):
+        return data.dense() if data.shape is not None else data.coords
+    return data
+
+
+# --------------------------------------------------------------------------
+# Cotangents out
+
+
+def to_sparse(v: SparseVar, value, prepared: dict):
+    """A sparse tensor's cotangent (dense array or values on the relation) as a
+    ``scipy.sparse.csr_matrix`` with exactly the relation's pattern (arity 2),
+    else ``(coords, values)``."""
+    rd = prepared.get(v.rel.name)
+    if not isinstance(rd, RelationData):
+        rd = relation_data(rd, f"relation {v.rel.name}")
+    if rd.shape is None:
+        rd = rd.bound(np.shape(value), f"relation {v.rel.name}")
+    if isinstance(value, SparseData):
+        vals = value.values
+    else:
+        arr = np.asarray(value)
+        vals = arr[tuple(rd.coords.T)] if rd.nnz else np.zeros(0, dtype=arr.dtype)
+    if rd.arity != 2:
+        return rd.coords.copy(), np.ascontiguousarray(vals)
+    import scipy.sparse as sp
+
+    indptr = np.zeros(rd.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rd.coords[:, 0], minlength=rd.shape[0]), out=indptr[1:])
+    return sp.csr_matrix((np.ascontiguousarray(vals), rd.coords[:, 1].copy(), indptr), shape=rd.shape)

@@ -1,0 +1,259 @@
+"""Sparse tensors stored on relations, and prepared relation data (issue 16;
+issue 13 item 1).
+
+Oracles: scipy.sparse / NumPy references written independently of
+tensorlang, central finite differences along sparse directions, the
+dot-product test <J v, w> = <v, J^T w> with sparse tangents, and the cost
+model's nnz symbols.  Kernels run with runtime="compiled" (no evaluator).
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import tensorlang as tl
+from tensorlang.runtime import make_callable
+from tensorlang.sparse import RelationData, relation_data
+
+SETTINGS = dict(max_examples=20, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(autouse=True)
+def _compiled(monkeypatch):
+    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+
+
+def _lsq():
+    n, m = tl.sizes("n m")
+    S = tl.relation("S", n, m)
+    A = tl.sparse_tensor("A", S)
+    x, b = tl.tensor("x", m), tl.tensor("b", n)
+    r = tl.gen(n, lambda i: tl.sum(m, lambda j: A[i, j] * x[j]) - b[i])
+    return tl.sum(n, lambda i: r[i] * r[i]), S, A, x, b
+
+
+def _data(n=40, m=30, density=0.15, seed=0, fmt="csr"):
+    rng = np.random.default_rng(seed)
+    M = sp.random(n, m, density=density, random_state=seed, format=fmt)
+    return M, rng.normal(size=m), rng.normal(size=n)
+
+
+def _ref_grads(M, x, b):
+    M = sp.csr_matrix(M)
+    res = M @ x - b
+    coo = M.tocoo()
+    gA = sp.csr_matrix((2 * res[coo.row] * x[coo.col], (coo.row, coo.col)), shape=M.shape)
+    return float(res @ res), 2 * (M.T @ res), gA
+
+
+def _same_pattern(a, b):
+    a, b = sp.csr_matrix(a), sp.csr_matrix(b)
+    a.sort_indices(), b.sort_indices()
+    return np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+
+
+# -- values and gradients ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "lil", "dok"])
+def test_least_squares_value_and_gradients_match_scipy(fmt):
+    loss, S, A, x, b = _lsq()
+    M, xv, bv = _data(fmt=fmt)
+    val, gx_ref, gA_ref = _ref_grads(M, xv, bv)
+    assert np.isclose(tl.evaluate(loss, A=M, x=xv, b=bv), val)
+    assert np.isclose(tl.compile(loss)(A=M, x=xv, b=bv), val)
+    v, (gx, gA) = tl.value_and_grad(loss, wrt=[x, A])(A=M, x=xv, b=bv)
+    assert np.isclose(v, val)
+    assert np.allclose(gx, gx_ref)
+    assert isinstance(gA, sp.csr_matrix)
+    assert _same_pattern(gA, M) and gA.nnz == sp.csr_matrix(M).nnz
+    assert np.allclose(gA.toarray(), gA_ref.toarray())
+
+
+def test_coords_values_input_and_given_relation():
+    loss, S, A, x, b = _lsq()
+    M, xv, bv = _data()
+    coo = M.tocoo()
+    coords = np.stack([coo.row, coo.col], axis=1)
+    val, gx_ref, gA_ref = _ref_grads(M, xv, bv)
+    # (coords, values) needs the shape: from S's data, or from the sizes
+    g = tl.grad(loss, wrt=A)
+    gA = g(A=(coords, coo.data), S=M != 0, x=xv, b=bv)
+    assert np.allclose(gA.toarray(), gA_ref.toarray())
+    gA2 = g(A=(coords[::-1], coo.data[::-1]), n=40, m=30, x=xv, b=bv)  # unsorted rows
+    assert np.allclose(gA2.toarray(), gA_ref.toarray())
+
+
+def test_explicit_zeros_are_stored_entries_and_duplicates_sum():
+    loss, S, A, x, b = _lsq()
+    rows = np.array([0, 0, 1, 2, 2])
+    cols = np.array([1, 1, 0, 2, 0])
+    vals = np.array([1.0, 2.0, 0.0, 4.0, -1.0])  # (0,1) twice: 3.0; (1,0) an explicit zero
+    M = sp.coo_matrix((vals, (rows, cols)), shape=(3, 3))
+    xv, bv = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+    dense = np.zeros((3, 3))
+    np.add.at(dense, (rows, cols), vals)
+    res = dense @ xv - bv
+    gA = tl.grad(loss, wrt=A)(A=M, x=xv, b=bv)
+    assert gA.nnz == 4  # the explicit zero at (1, 0) is part of the pattern
+    assert set(zip(*gA.nonzero())) <= {(0, 1), (1, 0), (2, 0), (2, 2)}
+    assert np.isclose(gA[1, 0], 2 * res[1] * xv[0])
+    assert np.isclose(tl.evaluate(loss, A=M, x=xv, b=bv), res @ res)
+
+
+def test_relation_pattern_wider_than_tensor_fills_zeros():
+    loss, S, A, x, b = _lsq()
+    M, xv, bv = _data()
+    mask = (M != 0).toarray()
+    mask[0, :] = True  # S holds on a whole extra row
+    gA = tl.grad(loss, wrt=A)(A=M, S=mask, x=xv, b=bv)
+    assert gA.nnz == mask.sum()  # exactly S's pattern
+    res = M @ xv - bv
+    assert np.allclose(gA.toarray()[0], 2 * res[0] * xv)
+
+
+def test_vjp_and_jvp_with_sparse_tangent_dot_product():
+    n, m = tl.sizes("n m")
+    S = tl.relation("S", n, m)
+    A = tl.sparse_tensor("A", S)
+    x = tl.tensor("x", m)
+    y = tl.gen(n, lambda i: tl.sum(m, lambda j: tl.tanh(A[i, j]) * x[j]))
+    M, xv, _ = _data(n=70, m=66)
+    rng = np.random.default_rng(3)
+    V = M.copy()
+    V.data = rng.normal(size=V.nnz)  # a sparse tangent on the same pattern
+    w = rng.normal(size=70)
+    val, jv = tl.jvp(y, wrt=A)(A=M, x=xv, dA=V)
+    T = M.toarray()
+    assert np.allclose(val, np.tanh(T) * (T != 0) @ xv)
+    jtw = tl.vjp(y, wrt=A)(A=M, x=xv, dy=w)
+    assert isinstance(jtw, sp.csr_matrix) and _same_pattern(jtw, M)
+    assert np.isclose(jv @ w, np.sum(V.multiply(jtw)))  # <J v, w> = <v, J^T w>
+    h = 1e-6
+    Mp, Mm = M.copy(), M.copy()
+    Mp.data = M.data + h * V.data
+    Mm.data = M.data - h * V.data
+    fd = (tl.evaluate(y, A=Mp, x=xv) - tl.evaluate(y, A=Mm, x=xv)) / (2 * h)
+    assert np.allclose(fd, jv, atol=1e-6)
+
+
+def test_vector_on_unary_relation():
+    n = tl.size("n")
+    R = tl.relation("R", n)
+    v = tl.sparse_tensor("v", R)
+    x = tl.tensor("x", n)
+    loss = tl.sum(n, lambda i: v[i] * x[i] * x[i])
+    coords = np.array([[3], [0], [7]])
+    vals = np.array([1.0, 2.0, -1.0])
+    xv = np.arange(70.0) / 10
+    ref = sum(c * xv[k] ** 2 for (k,), c in zip(coords, vals))
+    assert np.isclose(tl.evaluate(loss, v=(coords, vals), x=xv), ref)
+    gx, (gc, gv) = tl.grad(loss, wrt=[x, v])(v=(coords, vals), x=xv)
+    exp_gx = np.zeros(70)
+    exp_gx[[3, 0, 7]] = 2 * vals * xv[[3, 0, 7]]
+    assert np.allclose(gx, exp_gx)
+    assert np.array_equal(gc[:, 0], [0, 3, 7]) and np.allclose(gv, xv[[0, 3, 7]] ** 2)
+
+
+def test_cost_counts_nonzeros():
+    loss, S, A, x, b = _lsq()
+    c = tl.symbolic_cost(tl.normalize(loss))
+    assert "nnz_S" in str(c)
+    M, xv, bv = _data()
+
+
+# -- bad data ---------------------------------------------------------------------
+
+
+def test_bad_data_is_an_input_error_naming_the_input():
+    loss, S, A, x, b = _lsq()
+    M, xv, bv = _data()
+    f = tl.compile(loss)
+    with pytest.raises(tl.InputError, match="A"):
+        f(A=M, x=np.zeros(31), b=bv)  # shape mismatch against x
+    other = sp.random(40, 30, density=0.1, random_state=9, format="csr")
+    with pytest.raises(tl.InputError, match="sparse tensor A stores an entry"):
+        f(A=M, S=other != 0, x=xv, b=bv)  # wrong pattern
+    with pytest.raises(tl.InputError, match="sparse tensor A: coordinates contain NaN"):
+        f(A=(np.array([[0.0, np.nan]]), np.array([1.0])), n=40, m=30, x=xv, b=bv)
+    with pytest.raises(tl.InputError, match="sparse tensor A: a coordinate is negative"):
+        f(A=(np.array([[0, -1]]), np.array([1.0])), n=40, m=30, x=xv, b=bv)
+    with pytest.raises(tl.InputError, match="sparse tensor A"):
+        f(A=(np.array([[0, 30]]), np.array([1.0])), n=40, m=30, x=xv, b=bv)  # out of range
+    with pytest.raises(tl.InputError, match="sparse tensor A"):
+        f(A=M.toarray(), x=xv, b=bv)  # dense data for a sparse tensor
+    bad = M.copy()
+    bad.data[0] = np.nan
+    with pytest.raises(tl.InputError, match="NaN"):
+        f(A=bad, x=xv, b=bv)
+    with pytest.raises(tl.InputError, match="shape"):
+        f(A=M, S=np.ones((40, 31), bool), x=xv, b=bv)
+
+
+# -- relation data ----------------------------------------------------------------
+
+
+def test_relation_data_is_prepared_once_per_array_and_never_stale():
+    mask = np.random.default_rng(0).random((50, 40)) < 0.1
+    a = relation_data(mask)
+    assert isinstance(a, RelationData) and relation_data(mask) is a  # cached by the array
+    assert np.array_equal(a.dense(), mask)
+    mask[0, 0] = not mask[0, 0]  # mutated in place: converted again
+    b = relation_data(mask)
+    assert b is not a and np.array_equal(b.dense(), mask)
+    coo = sp.coo_matrix(mask)
+    assert np.array_equal(relation_data(coo).coords, b.coords)
+    csc = sp.csc_matrix(mask)
+    assert np.array_equal(relation_data(csc).coords, b.coords)  # sorted row-major
+    rows = np.argwhere(mask)
+    assert np.array_equal(relation_data(rows[::-1].copy()).coords, b.coords)
+
+
+def test_relation_data_object_in_a_plain_relation_program():
+    n, m = tl.sizes("n m")
+    R = tl.relation("R", n, m)
+    X = tl.tensor("X", n, m)
+    loss = tl.sum([n, m], lambda i, j: tl.iverson(R(i, j), X[i, j] * X[i, j]))
+    mask = np.random.default_rng(1).random((70, 65)) < 0.2
+    Xv = np.random.default_rng(2).normal(size=(70, 65))
+    rd = tl.relation_data(mask)
+    ref = np.sum(Xv[mask] ** 2)
+    assert np.isclose(tl.compile(loss)(R=rd, X=Xv), ref)
+    assert np.isclose(tl.evaluate(loss, R=sp.csr_matrix(mask), X=Xv), ref)
+    g = tl.grad(loss, wrt=X)(R=rd, X=Xv)
+    assert np.allclose(g, 2 * Xv * mask)
+
+
+# -- random programs --------------------------------------------------------------
+
+
+@settings(**SETTINGS)
+@given(st.integers(0, 10_000), st.sampled_from(["tanh", "square", "mul"]), st.booleans())
+def test_random_sparse_programs_agree_with_numpy(seed, op, transposed):
+    n, m = tl.sizes("n m")
+    S = tl.relation("S", n, m)
+    A = tl.sparse_tensor("A", S)
+    x = tl.tensor("x", m if not transposed else n)
+    f = {"tanh": tl.tanh, "square": lambda t: t * t, "mul": lambda t: 3.0 * t}[op]
+    npf = {"tanh": np.tanh, "square": lambda t: t * t, "mul": lambda t: 3.0 * t}[op]
+    if transposed:  # y_j = sum_i f(A_ij) x_i: the loop reads A by columns
+        y = tl.gen(m, lambda j: tl.sum(n, lambda i: f(A[i, j]) * x[i]))
+    else:
+        y = tl.gen(n, lambda i: tl.sum(m, lambda j: f(A[i, j]) * x[j]))
+    rng = np.random.default_rng(seed)
+    nn, mm = int(rng.integers(1, 80)), int(rng.integers(64, 80))
+    M = sp.random(nn, mm, density=float(rng.uniform(0, 0.3)), random_state=seed, format="csr")
+    xv = rng.normal(size=mm if not transposed else nn)
+    T = M.toarray()
+    FT = npf(T) * (T != 0) if True else None
+    ref = FT.T @ xv if transposed else FT @ xv
+    assert np.allclose(tl.compile(y)(A=M, x=xv), ref)
+    w = rng.normal(size=len(ref))
+    gA = tl.vjp(y, wrt=A)(A=M, x=xv, dy=w)
+    dF = {"tanh": 1 - np.tanh(T) ** 2, "square": 2 * T, "mul": 3.0 * np.ones_like(T)}[op]
+    outer = np.outer(xv, w) if transposed else np.outer(w, xv)
+    exp = dF * outer * (T != 0)
+    assert _same_pattern(gA, M)
+    assert np.allclose(gA.toarray(), exp)
