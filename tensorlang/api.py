@@ -36,6 +36,7 @@ from .ir import (
     Proj,
     Relation,
     SizeVar,
+    SparseVar,
     Sum,
     TensorT,
     Type,
@@ -375,6 +376,10 @@ def _rpow(e: Expr, b) -> Expr:
 
 def _getitem(e: Expr, key) -> Expr:
     keys = key if isinstance(key, tuple) else (key,)
+    if isinstance(e, SparseVar) and 0 < len(keys) <= len(e.rel.extents) and not any(isinstance(k, slice) for k in keys):
+        from .sparse import guarded_read
+
+        return guarded_read(e, keys)  # [S(i, j)]·A[i][j]: 0 off the relation (issue 16)
     out = e
     for k in keys:
         if isinstance(k, slice):

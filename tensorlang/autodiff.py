@@ -140,11 +140,19 @@ class _Program:
         self.rels = {r.name for r in relations_of(prog)}
         self._plans: dict = {}  # call signature -> (sizes passed on, finiteness checks)
         self._plannable = not relations_of(source)
+        from .sparse import sparse_inputs
+
+        self.sparse_src = source if not extra else _with_inputs(source, extra)
+        self.sparse = bool(sparse_inputs(self.sparse_src))
 
     @deep
     def __call__(self, kwargs: dict):
         from .backend.dispatch import check_finite, finite_checks, remember, signature
 
+        if self.sparse:  # sparse tensors and relation data prepared once per call (issue 16)
+            from .sparse import prepare
+
+            kwargs = prepare(self.sparse_src, kwargs)
         sig = signature(kwargs) if self._plannable else None
         plan = self._plans.get(sig) if sig is not None else None
         if plan is not None:  # this signature passed the checks below once (backend/dispatch.py)
@@ -167,6 +175,28 @@ class _Program:
         call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
         call.update(call_sizes)
         return self.fn(**call)
+
+
+def _with_inputs(source: Expr, extra) -> Expr:
+    """A pair program mentioning ``source`` and the extra inputs (tangents,
+    cotangent), so that their sparse data is prepared with the source's."""
+    from .ir import Pair
+
+    out = source
+    for v in extra:
+        out = Pair(out, v)
+    return out
+
+
+def _sparse_out(xs, vals: tuple, inputs: dict, source: Expr) -> tuple:
+    """Cotangents of sparse tensors as scipy.sparse.csr_matrix on their relation."""
+    from .ir import SparseVar
+    from .sparse import prepare, to_sparse
+
+    if not any(isinstance(x, SparseVar) for x in xs):
+        return vals
+    prepared = prepare(source, inputs)
+    return tuple(to_sparse(x, v, prepared) if isinstance(x, SparseVar) else v for x, v in zip(xs, vals))
 
 
 def _unpack(val, n: int):
@@ -209,7 +239,8 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse"):
     prog = _Program(loss, _grad_program(loss, xs, mode), mode)
 
     def g(**inputs):
-        return _unpack(prog(inputs), 1 if single else len(xs))
+        out = _sparse_out(xs, (_unpack(prog(inputs), len(xs)),) if single else _unpack(prog(inputs), len(xs)), inputs, loss)
+        return out[0] if single else out
 
     g.program = prog.prog
     return g
@@ -226,7 +257,9 @@ def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
     vprog = _Program(loss, loss, mode)
 
     def vg(**inputs):
-        return vprog(inputs), _unpack(gprog(inputs), 1 if single else len(xs))
+        gs = _unpack(gprog(inputs), len(xs))
+        gs = _sparse_out(xs, (gs,) if single else gs, inputs, loss)
+        return vprog(inputs), gs[0] if single else gs
 
     vg.program = gprog.prog
     return vg
@@ -243,7 +276,9 @@ def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
     prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
 
     def f(**inputs):
-        return _unpack(prog(inputs), 1 if single else len(xs))
+        gs = _unpack(prog(inputs), len(xs))
+        gs = _sparse_out(xs, (gs,) if single else gs, inputs, expr)
+        return gs[0] if single else gs
 
     f.program = prog.prog
     return f
@@ -258,8 +293,13 @@ def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
     check_program(expr)
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
-    tangents = list(tangent_inputs(expr, xs).values())
-    dprog = _Program(expr, derivative(expr, xs), mode, extra=tangents)
+    from .sparse import tangent_of
+
+    dense_t = tangent_inputs(expr, xs)
+    # a sparse tensor's tangent is sparse on the same relation (issue 16)
+    tangents = [tangent_of(x, dense_t[x]) for x in xs]
+    dexpr = subst(derivative(expr, xs), vals={dense_t[x]: t for x, t in zip(xs, tangents) if t is not dense_t[x]})
+    dprog = _Program(expr, dexpr, mode, extra=tangents)
     vprog = _Program(expr, expr, mode)
 
     def f(**inputs):

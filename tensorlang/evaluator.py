@@ -348,6 +348,9 @@ def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None):
 
     Shared by the evaluator and the compiled kernels' argument checking.
     """
+    from .sparse import dense_inputs
+
+    kwargs = dense_inputs(program, kwargs)  # sparse tensors and prepared relation data (issue 16)
     ins = input_vars(program)
     rels = relations_of(program)
     by_name = {}

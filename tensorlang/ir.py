@@ -669,6 +669,17 @@ class Var(Expr):
 
 
 @node
+class SparseVar(Var):
+    """An input tensor stored on a relation (``tl.sparse_tensor``, issue 16):
+    type ``[n][m]R`` whose values exist only where ``rel`` holds.  Every read
+    the API builds is guarded by ``[rel(i, j)]`` (``tensorlang.sparse``), so
+    every stage sees an ordinary variable under a relation bracket; the
+    field tells the runtime and the backend that the data is compressed."""
+
+    rel: Relation
+
+
+@node
 class Const(Expr):
     value: Any
 
