@@ -28,6 +28,8 @@ defines them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import weakref
 
@@ -128,8 +130,9 @@ class RelationData:
             return self
         got = self._bound.get(shape)
         if got is None:
-            _check_range(self.coords, shape, what)
-            got = RelationData(self.coords, shape)
+            c = self.coords.reshape(0, len(shape)) if self.nnz == 0 else self.coords
+            _check_range(c, shape, what)
+            got = RelationData(c, shape)
             self._bound[shape] = got
         return got
 
@@ -305,11 +308,19 @@ def _build_relation(x, what: str) -> RelationData:
     if _is_scipy(x):
         m = _canonical_csr(x)
         return RelationData(_csr_coords(m), m.shape)
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:
+        raise InputError(f"{what}: data is not an array: {exc}") from None
     if arr.dtype == bool:
         return RelationData(np.argwhere(arr).astype(np.int64), arr.shape)
-    coords = _coords_array(arr, what)
-    return RelationData(_lex_sort_unique(coords), None)
+    if arr.dtype.kind not in "iu":
+        raise InputError(f"{what} must be a boolean array or integer coordinate rows, got dtype {arr.dtype}")
+    if arr.size == 0:
+        return RelationData(np.zeros((0, 0), np.int64), None)  # arity fixed by bound()
+    if arr.ndim != 2:
+        raise InputError(f"{what}: integer data must be coordinate rows of shape (nnz, arity), got {arr.shape}")
+    return RelationData(_lex_sort_unique(arr.astype(np.int64)), None)  # range checked by bound()
 
 
 def relation_data(data, what: str = "relation data") -> RelationData:
@@ -334,6 +345,14 @@ class SparseData:
 
     def __init__(self, rel: RelationData, values: np.ndarray):
         self.rel, self.values = rel, values
+
+    def permuted(self, perm, dtype) -> np.ndarray:
+        """The values in the order a relation loop with columns ``perm`` visits
+        them (a gather through the CSC permutation prepared once)."""
+        v = self.values
+        if tuple(perm) != tuple(range(self.rel.arity)):
+            v = v[self.rel.order(perm)]
+        return np.ascontiguousarray(v, dtype=dtype)
 
     def dense(self, dtype=np.float64) -> np.ndarray:
         d = np.zeros(self.rel.shape, dtype=dtype)
@@ -445,8 +464,8 @@ def prepare(program, kwargs: dict) -> dict:
         given = out.get(rel.name)
         rd = relation_data(given, f"relation {rel.name}") if given is not None else None
         shape = rd.shape if rd is not None else None
-        if shape is None:
-            shape = _sizes_from(program, kwargs, rel)
+        if shape is None and any(isinstance(out.get(v.name), tuple) for v in vs):
+            shape = _sizes_from(program, kwargs, rel)  # (coords, values) carry no shape
         pats = []
         for v in vs:
             if v.name not in out:
@@ -511,6 +530,8 @@ def to_sparse(v: SparseVar, value, prepared: dict):
     if rd.shape is None:
         rd = rd.bound(np.shape(value), f"relation {v.rel.name}")
     if isinstance(value, SparseData):
+        if value.rel is not rd and not np.array_equal(value.rel.coords, rd.coords):
+            raise TensorLangError(f"internal: the cotangent of {v.name} is packed on other relation data")
         vals = value.values
     else:
         arr = np.asarray(value)
@@ -519,6 +540,39 @@ def to_sparse(v: SparseVar, value, prepared: dict):
         return rd.coords.copy(), np.ascontiguousarray(vals)
     import scipy.sparse as sp
 
-    indptr = np.zeros(rd.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rd.coords[:, 0], minlength=rd.shape[0]), out=indptr[1:])
-    return sp.csr_matrix((np.ascontiguousarray(vals), rd.coords[:, 1].copy(), indptr), shape=rd.shape)
+    indptr, indices = rd.kernel_arrays((0, 1), (1,), (1,))  # prepared once per relation data
+    out = sp.csr_matrix(rd.shape, dtype=vals.dtype)  # filled in place: no index-dtype scan per call
+    out.data, out.indices, out.indptr = np.ascontiguousarray(vals), indices.copy(), indptr.copy()
+    out.has_sorted_indices = True
+    return out
+
+
+# --------------------------------------------------------------------------
+# Packed kernel outputs
+
+_KEEP_PACKED = contextvars.ContextVar("tensorlang_keep_packed", default=False)
+
+
+def keeps_packed() -> bool:
+    """Does the caller take packed outputs (:class:`SparseData`) from kernels?"""
+    return _KEEP_PACKED.get()
+
+
+@contextlib.contextmanager
+def keep_packed():
+    """Kernels called inside return relation-packed outputs as SparseData
+    (the gradient API turns them into csr_matrix without a dense copy)."""
+    tok = _KEEP_PACKED.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_PACKED.reset(tok)
+
+
+def unpack_outputs(out):
+    """Kernel outputs with every SparseData densified (tuples recursively)."""
+    if isinstance(out, SparseData):
+        return out.dense(out.values.dtype)
+    if isinstance(out, tuple):
+        return tuple(unpack_outputs(o) for o in out)
+    return out

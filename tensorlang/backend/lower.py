@@ -48,11 +48,13 @@ from ..ir import (
     Proj,
     RealT,
     Rel,
+    SparseVar,
     Sum,
     TensorT,
     Var,
     accesses,
     conj,
+    free_vars,
     gens,
     input_vars,
     make_lets,
@@ -104,7 +106,16 @@ class Lowerer:
         cons = [f"0 <= {p} <= {MAX_SIZE}" for p in params]
         self.scope0 = Scope(symmap, params, cons, {"positive": list(params), "needs_positive": False, "checks": []})
         self.leaves: dict = {}  # (Var, path) -> (kernel name, extents)
+        # sparse tensors (issue 16): (SparseVar, perm) -> kernel name of its values
+        # in the relation's order ``perm``; a dense copy only if some read is not
+        # at a position a relation loop is already at (registered on demand)
+        self.sparse_vals: dict = {}
+        self.drivers: list = []  # relation loops around the code being emitted: (Rel, perm, position var)
+        self.sparse_outs: dict = {}  # output array name -> Relation it is packed on
+        self.read: set = set()  # let variables some binding reads (never packed)
         for v in input_vars(program):
+            if isinstance(v, SparseVar):
+                continue
             for path, t in _leaves(v.type):
                 ext = shape_of(t)
                 if not isinstance(_elem(t), RealT):
@@ -149,17 +160,46 @@ class Lowerer:
         name = self.names.new("array")
         ext = [n for _, n in gb]
         p, s = split_bracket(body)
+        packed = self._packed_on(gb, p) if role == "output" and scope is self.scope0 and x not in self.read else None
 
         def emit(sc, dims):
             st, code = self.scalar(s, sc)
+            if packed is not None:
+                top = self.drivers[-1] if self.drivers else None
+                if top is None or top[0] is not packed:
+                    raise UnsupportedError(f"internal: the compressed output {x.name} is not written in its relation's loop")
+                return st + [Store(name, (K.Name(top[2]),), code)]
             return st + [Store(name, tuple(K.Name(d) for d in dims), code)]
 
         stmts, full = self.block(gb, p, scope, emit, "gen")
         pooled = role == "temporary" and scope is self.scope0
-        alloc = Alloc(name, tuple(aff_expr(n, self.scope0) for n in ext), not full, role, x.name, pooled)
+        if packed is not None:
+            # the output is the relation's values in its row-major (CSR) order,
+            # one slot per non-zero: O(nnz) memory (issue 16, item 4)
+            nnz = K.Load(f"{self.rel_name(packed.rel, ())}_p0", (K.Int(1),), unsigned=False)
+            alloc = Alloc(name, (nnz,), True, role, x.name, False)
+            self.sparse_outs[name] = packed.rel
+        else:
+            alloc = Alloc(name, tuple(aff_expr(n, self.scope0) for n in ext), not full, role, x.name, pooled)
         self.allocs.append(alloc)
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
+
+    def _packed_on(self, gb, p):
+        """The conjunct ``R(i0, .., ik)`` of a top-level output gen's bracket
+        over exactly its indices in order, when it is the block's driver (the
+        first drivable relation conjunct): the output is then stored packed,
+        one value per non-zero of R."""
+        if self.mode != "sparse":
+            return None
+        idx = [i for i, _ in gb]
+        for c in conjuncts(p):
+            if isinstance(c, Rel) and self._drivable(c, [str(k) for k in range(len(idx))], {i: str(k) for k, i in enumerate(idx)}) is not None:
+                ok = len(c.args) == len(idx) and all(
+                    len(a.terms) == 1 and a.const == 0 and a.terms[0] == (i, 1) for a, i in zip(c.args, idx)
+                ) and all(e is n for e, (_, n) in zip(c.rel.extents, gb))
+                return c if ok else None
+        return None
 
     # -- blocks ---------------------------------------------------------------------------
     def block(self, binds, p, scope: Scope, emit, kind: str):
@@ -169,7 +209,7 @@ class Lowerer:
         sc = scope.child(syms)
         box = box_cons(names, [n for _, n in binds], sc)
         cs = conjuncts(p)
-        driver = None
+        driver = pvar = None
         if self.mode == "naive":
             tests, dom = cs, []
         else:
@@ -181,9 +221,15 @@ class Lowerer:
             dom = [sc.pred(c) for c in cs if not has_rel(c)]
             if driver is not None:
                 dom.append(sc.pred(driver))
+                pvar = self.names.new("index")
+                self.drivers.append((driver, self._drivable(driver, names, syms)[0], pvar, names))
         inner = sc.child(params=names, cons=box + dom)
         body_scope = inner.child(cons=[inner.pred(t) for t in tests])
-        body = emit(body_scope, names)
+        try:
+            body = emit(body_scope, names)
+        finally:
+            if pvar is not None:
+                self.drivers.pop()
         if tests:
             tst, tcode = self.pred_code(conj(*tests), inner)
             if tcode != K.Bool(True):
@@ -192,7 +238,7 @@ class Lowerer:
             stmts = to_loops(ast_for(scope, names, box + dom), names, body, kind)
             full = not tests and not dom or (not tests and covers(scope, names, box, dom))
         else:
-            stmts = self._driven(driver, names, syms, scope, box + dom, body, kind)
+            stmts = self._driven(driver, names, syms, scope, box + dom, body, kind, pvar)
             full = False
         if kind == "gen" and scope is self.scope0:
             stmts = _mark_parallel(stmts)
@@ -228,7 +274,7 @@ class Lowerer:
             use["cols"].add(col)
         return self.rel_name(r, perm)
 
-    def _driven(self, rel: Rel, names, syms, scope: Scope, cons, body, kind):
+    def _driven(self, rel: Rel, names, syms, scope: Scope, cons, body, kind, pvar):
         perm, L = self._drivable(rel, names, syms)
         r = rel.rel
         args = [rel.args[k] for k in perm]
@@ -237,7 +283,6 @@ class Lowerer:
         driven = [syms[a.terms[0][0]] for a in args[L:]]
         rest = [d for d in names if d not in driven]
         rows = self._rows(args[:L], exts[:L], scope)
-        pvar = self.names.new("index")
         assigns = []
         for k, d in enumerate(driven):
             self._use_rel(r, perm, col=L + k)
@@ -294,6 +339,10 @@ class Lowerer:
                 return [], K.Name(self.scalar_var(e))
             case Access():
                 base, idx = accesses(e)
+                if isinstance(base, SparseVar):
+                    got = self.sparse_load(base, idx)
+                    if got is not None:
+                        return [], got
                 name, ext = self.array_of(base)
                 if len(idx) != len(ext):
                     raise UnsupportedError(f"partial access {describe(e)}")
@@ -385,6 +434,18 @@ class Lowerer:
         stmts, _ = self.block(binds, p, sc, emit, "sum")
         return [Assign(acc, K.Float(0.0))] + stmts, K.Name(acc)
 
+    def sparse_load(self, v: SparseVar, idx):
+        """``A[a0, ...]`` read at the position ``p`` of an enclosing loop over
+        the relation at the same coordinates: ``vals[p]`` (no search), from
+        the values permuted once into that loop's order (CSC for ``(1, 0)``)."""
+        for rel, perm, pvar, _ in reversed(self.drivers):
+            if rel.rel is v.rel and len(rel.args) == len(idx) and all(a is b for a, b in zip(rel.args, idx)):
+                key = (v, perm)
+                if key not in self.sparse_vals:
+                    self.sparse_vals[key] = self.names.new("input")
+                return K.Load(self.sparse_vals[key], (K.Name(pvar),))
+        return None
+
     def scalar_var(self, e: Expr) -> str:
         if isinstance(e, Var) and e in self.scalars:
             return self.scalars[e]
@@ -397,6 +458,10 @@ class Lowerer:
         if isinstance(base, Var) and base in self.arrays:
             return self.arrays[base]
         leaf = self._leaf(base)
+        if leaf is not None and isinstance(leaf[0], SparseVar) and leaf not in self.leaves:
+            # a read not at a relation loop's position: the kernel takes the
+            # tensor densified (correct, O(n·m) memory; see sparse_load)
+            self.leaves[leaf] = (self.names.new("input"), shape_of(leaf[0].type))
         if leaf is None or leaf not in self.leaves:
             raise UnsupportedError(f"the backend cannot index {describe(base)}")
         return self.leaves[leaf]
@@ -449,6 +514,8 @@ class Lowerer:
                 ]
                 look = K.Load(f"{self.rel_name(r, ())}_d", tuple(aff_expr(a, sc) for a in args))
                 return [], K.and_of(rng + [look])
+            case Exists(var=i, extent=n, body=b) if self.mode == "sparse" and self._exists_driver(i, b) is not None:
+                return self._exists_driven(i, n, b, sc)
             case Exists(var=i, extent=n, body=b):
                 ex = self.local()
                 v = self.names.new("index")
@@ -459,6 +526,52 @@ class Lowerer:
                 return [Assign(ex, K.Bool(False)), loop], K.Name(ex)
             case _:
                 raise UnsupportedError(f"not a predicate: {p!r}")
+
+
+    def _exists_driver(self, i, b):
+        """A conjunct ``R(.., i, ..)`` of ``b`` that can enumerate ``i`` (``i`` a
+        plain argument, the others free of ``i``)."""
+        for c in conjuncts(b):
+            if isinstance(c, Rel):
+                d = self._drivable(c, ["_"], {i: "_"})
+                if d is not None:
+                    return c, d[0], d[1]
+        return None
+
+    def _exists_driven(self, i, n, b, sc: Scope):
+        """``exists[i:n] R(a.., i) ∧ q``: a search over the relation's row at
+        ``a..`` (positions ``ptr[row]..ptr[row+1]`` of the order putting ``i``
+        last), not over ``0..n`` through the dense table (issue 16); with
+        ``q`` implied, just ``ptr[row+1] > ptr[row]``."""
+        c, perm, L = self._exists_driver(i, b)
+        r = c.rel
+        args = [c.args[k] for k in perm]
+        exts = [r.extents[k] for k in perm]
+        nm = self._use_rel(r, perm, ptr=L)
+        rows = self._rows(args[:L], exts[:L], sc)
+        lo = K.Load(f"{nm}_p{L}", (rows,), unsigned=False)
+        hi = K.Load(f"{nm}_p{L}", (K.IBin("+", rows, K.Int(1)),), unsigned=False)
+        need = [
+            in_range(aff_expr(a, sc), aff_expr(m, sc))
+            for a, m in zip(args[:L], exts[:L])
+            if not sc.holds(f"0 <= {sc.aff(a)} < {sc.aff(m)}")
+        ]
+        v = self.names.new("index")
+        inner = sc.child({i: v}, params=[v], cons=[f"0 <= {v} < {sc.aff(exts[L])}", sc.child({i: v}).pred(c)])
+        rest = conj(*[x for x in conjuncts(b) if x is not c], Cmp("<", Aff(((i, 1),), 0), n), Cmp("<=", Aff((), 0), Aff(((i, 1),), 0)))
+        bs, bc = self.pred_code(rest, inner)
+        ex = self.local()
+        if not bs and bc == K.Bool(True):
+            test = K.Cmp(">", hi, lo)
+            if need:
+                return [Assign(ex, K.Bool(False)), If(K.and_of(need), (Assign(ex, test),))], K.Name(ex)
+            return [], test
+        pv = self.names.new("index")
+        self._use_rel(r, perm, col=L)
+        found = If(bc, (Assign(ex, K.Bool(True)), Break()))
+        loop = Loop(pv, lo, hi, 1, tuple([Assign(v, K.Load(f"{nm}_c{L}", (K.Name(pv),), unsigned=False))] + bs + [found]), "exists")
+        body = [loop] if not need else [If(K.and_of(need), (loop,))]
+        return [Assign(ex, K.Bool(False))] + body, K.Name(ex)
 
 
 def _leaves(t, path=()):
@@ -511,6 +624,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
     lw = Lowerer(program, mode)
     outs = out_vars(out)
     binds = fuse(binds, [o for o in outs if isinstance(o, Var)], lw.scope0)
+    lw.read = {v for _, rhs in binds for v in free_vars(rhs)}  # outputs also read stay dense
     body = []
     outset = set(outs)
     for x, rhs in binds:
@@ -542,6 +656,10 @@ def lower_program(program: Expr, mode: str = "sparse"):
         rels.append([r.name, list(perm), ptrs, cols])
     for r in lw.dense_rels:
         args.append(f"{lw.rel_name(r, ())}_d")
+    svals = []
+    for (v, perm), name in lw.sparse_vals.items():
+        args.append(name)
+        svals.append([v.name, list(perm)])
     work = [_extents([n for _, n in gens(rhs)[0]]) for _, rhs in binds if gens(rhs)[0]]
     # Temporaries come from a per-kernel pool: fresh 8 MB arrays each call
     # cost more in page faults than a gradient's arithmetic.
@@ -558,6 +676,9 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "inputs": inputs,
         "relations": rels,
         "dense_relations": [r.name for r in lw.dense_rels],
+        "sparse_values": svals,
+        # result leaves stored packed on a relation: [leaf index, relation name]
+        "sparse_outputs": [[k, lw.sparse_outs[r].name] for k, r in enumerate(results) if r in lw.sparse_outs],
         "outputs": _out_spec(out, outs),
         "work": work,
         "mode": mode,
