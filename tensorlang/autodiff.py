@@ -144,6 +144,7 @@ class _Program:
 
         self.sparse_src = source if not extra else _with_inputs(source, extra)
         self.sparse = bool(sparse_inputs(self.sparse_src))
+        self.packed_ok = False  # set by grad/vjp for sparse wrt (their outputs go through _sparse_out)
 
     @deep
     def __call__(self, kwargs: dict):
@@ -165,7 +166,7 @@ class _Program:
             missing = [k for k in self.extra if k not in kwargs]
             if missing:
                 raise InputError(f"missing input(s) {missing}")
-            _, sizes, _, _ = prepare_inputs(self.source, src_kw)
+            _, sizes, _, _ = prepare_inputs(self.source, src_kw, compressed=True)  # sizes only: no dense copies
             bounds.check_sizes(self.constraints, sizes)
             call_sizes = {k: v for k, v in sizes.items() if k in self.sizes}
             if sig is not None:
@@ -174,6 +175,11 @@ class _Program:
                 remember(self._plans, sig, (call_sizes, checks))
         call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
         call.update(call_sizes)
+        if self.packed_ok:
+            from .sparse import keep_packed
+
+            with keep_packed():  # sparse cotangents come back packed on their relation
+                return self.fn(**call)
         return self.fn(**call)
 
 
@@ -191,12 +197,12 @@ def _with_inputs(source: Expr, extra) -> Expr:
 def _sparse_out(xs, vals: tuple, inputs: dict, source: Expr) -> tuple:
     """Cotangents of sparse tensors as scipy.sparse.csr_matrix on their relation."""
     from .ir import SparseVar
-    from .sparse import prepare, to_sparse
+    from .sparse import prepare, to_sparse, unpack_outputs
 
     if not any(isinstance(x, SparseVar) for x in xs):
-        return vals
+        return tuple(unpack_outputs(v) for v in vals)
     prepared = prepare(source, inputs)
-    return tuple(to_sparse(x, v, prepared) if isinstance(x, SparseVar) else v for x, v in zip(xs, vals))
+    return tuple(to_sparse(x, v, prepared) if isinstance(x, SparseVar) else unpack_outputs(v) for x, v in zip(xs, vals))
 
 
 def _unpack(val, n: int):
@@ -237,6 +243,7 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse"):
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
     prog = _Program(loss, _grad_program(loss, xs, mode), mode)
+    prog.packed_ok = True
 
     def g(**inputs):
         out = _sparse_out(xs, (_unpack(prog(inputs), len(xs)),) if single else _unpack(prog(inputs), len(xs)), inputs, loss)
@@ -254,6 +261,7 @@ def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
     gprog = _Program(loss, _grad_program(loss, xs, mode), mode)
+    gprog.packed_ok = True
     vprog = _Program(loss, loss, mode)
 
     def vg(**inputs):
@@ -274,6 +282,7 @@ def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
     xs, single = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
     prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
+    prog.packed_ok = True
 
     def f(**inputs):
         gs = _unpack(prog(inputs), len(xs))

@@ -1008,9 +1008,14 @@ def input_vars(e: Expr) -> list:
 
 
 def relations_of(n: Node) -> list:
-    """Relations used in ``n``, sorted by name."""
-    rels = {x.rel for x in walk(n) if isinstance(x, Rel)}
-    return sorted(rels, key=lambda r: r.name)
+    """Relations used in ``n``, sorted by name (memoized on the node: every
+    call of a compiled program asks)."""
+    m = meta(n)
+    got = m.get("relations")
+    if got is None:
+        rels = {x.rel for x in walk(n) if isinstance(x, Rel)}
+        got = m["relations"] = tuple(sorted(rels, key=lambda r: r.name))
+    return list(got)
 
 
 def accesses(base: Expr):
