@@ -68,6 +68,43 @@ def guarded_read(v: SparseVar, keys) -> object:
     return out
 
 
+def hoist_guards(e):
+    """``([S(a)]·x)·b -> [S(a)]·(x·b)`` (and ``a·([S(a)]·x)``) for the brackets
+    of sparse tensors' relations, bottom-up: the product of a sparse read
+    with anything is zero off S (the bracket is a hard zero, rule 4.12, as
+    the lowering's own hoisting already takes it), so the normal forms that
+    name sub-terms of the product name them under the bracket and their
+    gens are narrowed to S's non-zeros instead of being dense n x m."""
+    from .ir import Expr, Mul, Rel, children, rebuild
+
+    rels = {v.rel for v in sparse_inputs(e)}
+    if not rels:
+        return e
+    memo: dict = {}
+
+    def guard(x):
+        return isinstance(x, Iverson) and isinstance(x.pred, Rel) and x.pred.rel in rels
+
+    def go(x):
+        got = memo.get(x)
+        if got is not None:
+            return got
+        if isinstance(x, Var):
+            out = x
+        else:
+            out = rebuild(x, tuple(go(c) if isinstance(c, Expr) else c for c in children(x)))
+        if isinstance(out, Mul):
+            a, b = out.lhs, out.rhs
+            if guard(a):
+                out = Iverson(a.pred, Mul(a.body, b))
+            elif guard(b):
+                out = Iverson(b.pred, Mul(a, b.body))
+        memo[x] = out
+        return out
+
+    return go(e)
+
+
 def sparse_inputs(program) -> list:
     """The program's sparse tensor inputs, sorted by name."""
     return [v for v in input_vars(program) if isinstance(v, SparseVar)]

@@ -242,13 +242,15 @@ class Kernel:
             for k in path:
                 val = val[k]
             args.append(np.ascontiguousarray(val, dtype=dtype) if rank else dtype(val))
-        if spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values"):
+        if spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values") or spec.get("relation_orders"):
             for name, perm, ptrs, cols in spec["relations"]:
                 args += rels[name].kernel_arrays(perm, ptrs, cols)
             for name in spec.get("dense_relations", []):
                 args.append(rels[name].dense())
             for name, perm in spec.get("sparse_values", []):
                 args.append(values[name].permuted(perm, dtype))
+            for name, perm in spec.get("relation_orders", []):
+                args.append(rels[name].order(perm))
         if plan.temps:
             args += self._temporaries(plan.temps, dtype)
         fn, threads = plan.fn, plan.threads

@@ -54,7 +54,6 @@ from ..ir import (
     Var,
     accesses,
     conj,
-    free_vars,
     gens,
     input_vars,
     make_lets,
@@ -112,7 +111,9 @@ class Lowerer:
         self.sparse_vals: dict = {}
         self.drivers: list = []  # relation loops around the code being emitted: (Rel, perm, position var)
         self.sparse_outs: dict = {}  # output array name -> Relation it is packed on
-        self.read: set = set()  # let variables some binding reads (never packed)
+        self.packed: dict = {}  # let Var -> (Relation, kernel name): arrays stored one slot per non-zero
+        self.no_pack: set = set()  # let Vars read somewhere off their relation's loops (stored dense)
+        self.orders: dict = {}  # (Relation, perm) -> kernel name of the permutation into perm order
         for v in input_vars(program):
             if isinstance(v, SparseVar):
                 continue
@@ -160,7 +161,7 @@ class Lowerer:
         name = self.names.new("array")
         ext = [n for _, n in gb]
         p, s = split_bracket(body)
-        packed = self._packed_on(gb, p) if role == "output" and scope is self.scope0 and x not in self.read else None
+        packed = self._packed_on(gb, p) if scope is self.scope0 and x not in self.no_pack else None
 
         def emit(sc, dims):
             st, code = self.scalar(s, sc)
@@ -178,7 +179,12 @@ class Lowerer:
             # one slot per non-zero: O(nnz) memory (issue 16, item 4)
             nnz = K.Load(f"{self.rel_name(packed.rel, ())}_p0", (K.Int(1),), unsigned=False)
             alloc = Alloc(name, (nnz,), True, role, x.name, False)
-            self.sparse_outs[name] = packed.rel
+            if role == "output":
+                self.sparse_outs[name] = packed.rel
+            self.packed[x] = (packed.rel, name)
+            self.allocs.append(alloc)
+            self.arrays[x] = (name, (None,))
+            return [alloc] + stmts
         else:
             alloc = Alloc(name, tuple(aff_expr(n, self.scope0) for n in ext), not full, role, x.name, pooled)
         self.allocs.append(alloc)
@@ -343,6 +349,8 @@ class Lowerer:
                     got = self.sparse_load(base, idx)
                     if got is not None:
                         return [], got
+                if isinstance(base, Var) and base in self.packed:
+                    return [], self.packed_load(base, idx)
                 name, ext = self.array_of(base)
                 if len(idx) != len(ext):
                     raise UnsupportedError(f"partial access {describe(e)}")
@@ -433,6 +441,22 @@ class Lowerer:
 
         stmts, _ = self.block(binds, p, sc, emit, "sum")
         return [Assign(acc, K.Float(0.0))] + stmts, K.Name(acc)
+
+    def packed_load(self, v: Var, idx):
+        """A read of a packed let array: at the position of an enclosing loop
+        over its relation at the same coordinates, ``t[p]`` (through the
+        relation's permutation for a transposed loop); anywhere else the array
+        cannot stay packed (:class:`Unpack`: lowered again with it dense)."""
+        rel, name = self.packed[v]
+        for d, perm, pvar, _ in reversed(self.drivers):
+            if d.rel is rel and len(d.args) == len(idx) and all(a is b for a, b in zip(d.args, idx)):
+                if perm == tuple(range(len(perm))):
+                    return K.Load(name, (K.Name(pvar),))
+                key = (rel, perm)
+                if key not in self.orders:
+                    self.orders[key] = self.names.new("relation")
+                return K.Load(name, (K.Load(self.orders[key], (K.Name(pvar),), unsigned=False),))
+        raise Unpack(v)
 
     def sparse_load(self, v: SparseVar, idx):
         """``A[a0, ...]`` read at the position ``p`` of an enclosing loop over
@@ -574,6 +598,15 @@ class Lowerer:
         return [Assign(ex, K.Bool(False))] + body, K.Name(ex)
 
 
+class Unpack(Exception):
+    """A packed let array is read off its relation's loops (internal: the
+    program is lowered again with that array dense)."""
+
+    def __init__(self, var):
+        super().__init__(var)
+        self.var = var
+
+
 def _leaves(t, path=()):
     if isinstance(t, PairT):
         return _leaves(t.fst, path + (0,)) + _leaves(t.snd, path + (1,))
@@ -621,14 +654,24 @@ def lower_program(program: Expr, mode: str = "sparse"):
     """
     binds, out = split_program(program)
     binds, out = resolve_aliases(binds, out)
-    lw = Lowerer(program, mode)
     outs = out_vars(out)
-    binds = fuse(binds, [o for o in outs if isinstance(o, Var)], lw.scope0)
-    lw.read = {v for _, rhs in binds for v in free_vars(rhs)}  # outputs also read stay dense
-    body = []
-    outset = set(outs)
-    for x, rhs in binds:
-        body += lw.binding(x, rhs, "output" if x in outset else "temporary")
+    fused = None
+    no_pack: set = set()
+    while True:  # at most once more per let array found read off its relation's loops
+        lw = Lowerer(program, mode)
+        lw.no_pack = set(no_pack)
+        if fused is None:
+            fused = fuse(binds, [o for o in outs if isinstance(o, Var)], lw.scope0)
+        body = []
+        outset = set(outs)
+        try:
+            for x, rhs in fused:
+                body += lw.binding(x, rhs, "output" if x in outset else "temporary")
+        except Unpack as u:
+            no_pack.add(u.var)
+            continue
+        break
+    binds = fused
     results, copies = [], set()
     for o in outs:
         if isinstance(o, Var) and o in lw.arrays:
@@ -660,6 +703,10 @@ def lower_program(program: Expr, mode: str = "sparse"):
     for (v, perm), name in lw.sparse_vals.items():
         args.append(name)
         svals.append([v.name, list(perm)])
+    orders = []
+    for (r, perm), name in lw.orders.items():
+        args.append(name)
+        orders.append([r.name, list(perm)])
     work = [_extents([n for _, n in gens(rhs)[0]]) for _, rhs in binds if gens(rhs)[0]]
     # Temporaries come from a per-kernel pool: fresh 8 MB arrays each call
     # cost more in page faults than a gradient's arithmetic.
@@ -677,6 +724,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "relations": rels,
         "dense_relations": [r.name for r in lw.dense_rels],
         "sparse_values": svals,
+        "relation_orders": orders,  # [relation, perm]: positions of the perm-sorted coordinates
         # result leaves stored packed on a relation: [leaf index, relation name]
         "sparse_outputs": [[k, lw.sparse_outs[r].name] for k, r in enumerate(results) if r in lw.sparse_outs],
         "outputs": _out_spec(out, outs),
