@@ -49,8 +49,9 @@ def _check_mode(mode: str) -> None:
 def normalize_for_adjoint(expr: Expr) -> Expr:
     """The four normal-form passes (tensor SSA), as the adjoint rules require."""
     from .passes.pipeline import normalize
+    from .sparse import hoist_guards
 
-    return normalize(expr)
+    return normalize(hoist_guards(expr))  # sparse reads' brackets cover their products (issue 16)
 
 
 # --------------------------------------------------------------------------
