@@ -173,8 +173,10 @@ def torch_method(kind):
         M = d["A"] if kind == "lsq" else d["W"]
         crow, col = torch.from_numpy(M.indptr.astype(np.int64)), torch.from_numpy(M.indices.astype(np.int64))
         vals = torch.tensor(M.data, requires_grad=True)
-        A = torch.sparse_csr_tensor(crow, col, vals, size=M.shape)
         if kind == "lsq":
+            # COO: torch's CSR backward materializes a dense n x n gradient
+            rows = torch.repeat_interleave(torch.arange(M.shape[0]), crow[1:] - crow[:-1])
+            A = torch.sparse_coo_tensor(torch.stack([rows, col]), vals, size=M.shape, is_coalesced=True)
             x = torch.tensor(d["x"], requires_grad=True)
             r = torch.sparse.mm(A, x[:, None])[:, 0] - torch.from_numpy(d["b"])
             loss = (r * r).sum()

@@ -147,6 +147,15 @@ class _Program:
         self.sparse = bool(sparse_inputs(self.sparse_src))
         self.packed_ok = False  # set by grad/vjp for sparse wrt (their outputs go through _sparse_out)
 
+    def prepared(self, kwargs: dict) -> dict:
+        """The inputs with sparse data prepared (once per call, shared by the
+        kernels this call runs)."""
+        if not self.sparse:
+            return kwargs
+        from .sparse import prepare
+
+        return prepare(self.sparse_src, kwargs)
+
     @deep
     def __call__(self, kwargs: dict):
         from .backend.dispatch import check_finite, finite_checks, remember, signature
@@ -247,6 +256,7 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse"):
     prog.packed_ok = True
 
     def g(**inputs):
+        inputs = prog.prepared(inputs)
         out = _sparse_out(xs, (_unpack(prog(inputs), len(xs)),) if single else _unpack(prog(inputs), len(xs)), inputs, loss)
         return out[0] if single else out
 
@@ -266,6 +276,7 @@ def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
     vprog = _Program(loss, loss, mode)
 
     def vg(**inputs):
+        inputs = gprog.prepared(inputs)
         gs = _unpack(gprog(inputs), len(xs))
         gs = _sparse_out(xs, (gs,) if single else gs, inputs, loss)
         return vprog(inputs), gs[0] if single else gs
@@ -286,6 +297,7 @@ def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
     prog.packed_ok = True
 
     def f(**inputs):
+        inputs = prog.prepared(inputs)
         gs = _unpack(prog(inputs), len(xs))
         gs = _sparse_out(xs, (gs,) if single else gs, inputs, expr)
         return gs[0] if single else gs

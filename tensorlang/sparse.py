@@ -298,14 +298,15 @@ _CACHE_MAX = 64
 _CACHE_LOCK = threading.Lock()
 
 
-def _structure(x):
-    """A copy of what decides ``x``'s pattern (compared exactly on a hit)."""
+def _structure(x, copy: bool = False):
+    """What decides ``x``'s pattern (a copy is stored; compared exactly on a hit)."""
+    c = np.array if copy else (lambda a: a)
     if isinstance(x, np.ndarray):
-        return ("nd", x.shape, x.dtype.str, x.copy())
+        return ("nd", x.shape, x.dtype.str, c(x))
     if getattr(x, "format", None) in ("csr", "csc"):
-        return (x.format, x.shape, x.indptr.copy(), x.indices.copy())
+        return (x.format, x.shape, c(x.indptr), c(x.indices))
     if getattr(x, "format", None) == "coo":
-        return ("coo", x.shape, np.array(x.coords[0]), np.array(x.coords[1]))
+        return ("coo", x.shape, c(x.coords[0]), c(x.coords[1]))
     return None  # other formats (lil, dok, dia, bsr): converted on every call
 
 
@@ -337,7 +338,7 @@ def _cached(x, build, what):
     with _CACHE_LOCK:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[id(x)] = (ref, st, out)
+        _CACHE[id(x)] = (ref, _structure(x, copy=True), out)
     return out
 
 

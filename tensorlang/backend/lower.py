@@ -460,14 +460,21 @@ class Lowerer:
 
     def sparse_load(self, v: SparseVar, idx):
         """``A[a0, ...]`` read at the position ``p`` of an enclosing loop over
-        the relation at the same coordinates: ``vals[p]`` (no search), from
-        the values permuted once into that loop's order (CSC for ``(1, 0)``)."""
+        the relation at the same coordinates: ``vals[p]`` (no search), or
+        ``vals[perm[p]]`` in a loop of another column order (CSC for ``(1, 0)``)."""
         for rel, perm, pvar, _ in reversed(self.drivers):
             if rel.rel is v.rel and len(rel.args) == len(idx) and all(a is b for a, b in zip(rel.args, idx)):
-                key = (v, perm)
+                key = (v, tuple(range(len(perm))))
                 if key not in self.sparse_vals:
                     self.sparse_vals[key] = self.names.new("input")
-                return K.Load(self.sparse_vals[key], (K.Name(pvar),))
+                if perm == key[1]:
+                    return K.Load(self.sparse_vals[key], (K.Name(pvar),))
+                # a transposed loop: through the relation's CSC permutation,
+                # prepared once per relation data (no per-call gather)
+                okey = (v.rel, perm)
+                if okey not in self.orders:
+                    self.orders[okey] = self.names.new("relation")
+                return K.Load(self.sparse_vals[key], (K.Load(self.orders[okey], (K.Name(pvar),), unsigned=False),))
         return None
 
     def scalar_var(self, e: Expr) -> str:
