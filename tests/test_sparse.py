@@ -157,13 +157,6 @@ def test_vector_on_unary_relation():
     assert np.array_equal(gc[:, 0], [0, 3, 7]) and np.allclose(gv, xv[[0, 3, 7]] ** 2)
 
 
-def test_cost_counts_nonzeros():
-    loss, S, A, x, b = _lsq()
-    c = tl.symbolic_cost(tl.normalize(loss))
-    assert "nnz_S" in str(c)
-    M, xv, bv = _data()
-
-
 # -- bad data ---------------------------------------------------------------------
 
 
@@ -350,3 +343,43 @@ def test_in_place_change_of_a_scipy_pattern_is_seen():
     M.data[:] = 2.0  # values changed in place: used as they are now
     _, _, ref = _ref_grads(M, xv, bv)
     assert np.allclose(g(A=M, x=xv, b=bv).toarray(), ref.toarray())
+
+
+# -- cost: nnz symbols and the cheap-gradient theorems ----------------------------------
+
+
+@pytest.mark.parametrize("which", ["lsq", "dirichlet"])
+def test_theorems_6_1_and_6_55_with_sparse_tensors(which):
+    """cost(D e) <= 4 cost(e) (Theorem 6.1) and cost(DT e) <= 4 cost(e)
+    (Theorem 6.55's bound on the operations; io terms only add to the
+    right side), counted on relation data, and the normalized loss's
+    symbolic cost is linear in nnz_S (no n·m term)."""
+    from tensorlang.passes.pipeline import normalize
+    from tensorlang.passes.total_derivative import tangent_inputs, total_derivative
+    from tensorlang.sparse import hoist_guards
+
+    if which == "lsq":
+        loss, S, A, x, b = _lsq()
+        wrt, kw = [x, A], dict(n=60, m=50)
+        mask = sp.random(60, 50, density=0.1, random_state=3).toarray() != 0
+        kw["S"] = mask
+    else:
+        loss, W, u = _dirichlet(False)
+        wrt, kw = [u, W], dict(n=12)  # the exact count enumerates a 5-deep domain: n^5 points
+        kw["E"] = sp.random(12, 12, density=0.3, random_state=3).toarray() != 0
+    ssa = normalize(hoist_guards(loss))
+    adj = tl.adjoint(loss, wrt=wrt)
+    D = total_derivative(ssa, tangent_inputs(ssa, wrt))
+    c = tl.cost(ssa, **kw)
+    assert tl.cost(D, **kw) <= 4 * c
+    assert tl.cost(adj, **kw) <= 4 * c
+    if which == "lsq":
+        sym = tl.symbolic_cost(ssa)
+        assert "nnz_S" in str(sym)
+        assert sympy_degree_in(sym, *sym.free_symbols) == 1  # linear in n and nnz_S: no n·m term
+
+
+def sympy_degree_in(expr, *syms):
+    import sympy
+
+    return sympy.Poly(expr, *syms).total_degree()
