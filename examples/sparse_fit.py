@@ -2,8 +2,8 @@
 4.3 and 6: a tensor stored on a relation, and its sparse adjoint).
 
 A hidden sparse matrix A* (the pattern S of a random graph with n rows and a
-few non-zeros per row) maps inputs to outputs, y_k = A* x_k for K = 8
-observed pairs stored as the columns of X (m x K) and Y (n x K).  We know S
+few non-zeros per row) maps inputs to outputs, y_k = A* x_k for K
+observed pairs (K = 24) stored as the columns of X (m x K) and Y (n x K).  We know S
 but not the values, and fit them by gradient descent on
 
     l(A) = sum[k:K] sum[i:n] (sum[j:m] A[i, j]·X[j, k] - Y[i, k])²
@@ -41,7 +41,7 @@ loss = tl.let(pred, lambda P: tl.sum([n, K], lambda i, k: (P[i, k] - Y[i, k]) **
 )
 
 
-def problem(N=20_000, per_row=8, k=8, seed=0):
+def problem(N=20_000, per_row=8, k=24, seed=0):
     rng = np.random.default_rng(seed)
     rows = np.repeat(np.arange(N), per_row)
     cols = rng.integers(0, N, size=N * per_row)
@@ -56,8 +56,10 @@ def fit(truth, Xv, Yv, steps=60, lr=None):
     A0 = truth.copy()
     A0.data[:] = 0.0
     vg = tl.value_and_grad(loss, wrt=A)
-    # a step size from the curvature of the data term (2 ||X||^2 per row, at most)
-    lr = lr or 0.5 / (2 * np.max(np.sum(Xv * Xv, axis=1)) * 1.0)
+    # each row's Hessian is 2 X_S^T X_S (X_S: the rows of X at the row's
+    # pattern); with Gaussian X its top eigenvalue is about 2 K (1 + sqrt(p / K))^2
+    K_, p_ = Xv.shape[1], max(np.diff(truth.indptr))
+    lr = lr or 0.9 / (2 * K_ * (1 + np.sqrt(p_ / K_)) ** 2)
     losses = []
     for _ in range(steps):
         v, g = vg(A=A0, X=Xv, Y=Yv)

@@ -383,3 +383,16 @@ def sympy_degree_in(expr, *syms):
     import sympy
 
     return sympy.Poly(expr, *syms).total_degree()
+
+
+def test_example_sparse_fit_recovers_the_values():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "sparse_fit.py"
+    spec = importlib.util.spec_from_file_location("sparse_fit_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    losses, err = mod.main(["--n", "600", "--steps", "40"])
+    assert losses[-1] < 1e-3 * losses[0]
+    assert err < 0.05

@@ -44,6 +44,7 @@ from ..ir import (
     Mul,
     Or,
     Pair,
+    Pred,
     PairT,
     Proj,
     RealT,
@@ -52,8 +53,11 @@ from ..ir import (
     Sum,
     TensorT,
     Var,
+    TRUE,
     accesses,
     conj,
+    disj,
+    free_indices,
     gens,
     input_vars,
     make_lets,
@@ -161,6 +165,13 @@ class Lowerer:
         name = self.names.new("array")
         ext = [n for _, n in gb]
         p, s = split_bracket(body)
+        if p is TRUE and self.mode == "sparse" and isinstance(s, Add):
+            # [p1]·a + [p2]·b is zero off p1 ∨ p2: that union bounds the loops
+            terms = _add_terms(s)
+            if all(isinstance(t, Iverson) for t in terms):
+                p = disj(*[t.pred for t in terms])
+        if self.mode == "sparse":
+            p = tidy(p)
         packed = self._packed_on(gb, p) if scope is self.scope0 and x not in self.no_pack else None
 
         def emit(sc, dims):
@@ -214,6 +225,8 @@ class Lowerer:
         syms = {i: nm for (i, _), nm in zip(binds, names)}
         sc = scope.child(syms)
         box = box_cons(names, [n for _, n in binds], sc)
+        if self.mode == "sparse":
+            p = tidy(p)  # so that a relation conjunct hidden in S ∨ (S ∧ q) can drive the loops
         cs = conjuncts(p)
         driver = pvar = None
         if self.mode == "naive":
@@ -512,6 +525,8 @@ class Lowerer:
 
         Affine parts are simplified by isl against what the scope already
         knows (``gist``), so a bracket implied by the loop bounds costs nothing."""
+        if self.mode == "sparse" and isinstance(p, (Or, Exists)):
+            p = tidy(p)
         if not has_rel(p):
             got = affine_test(sc, p)
             if got is not None:
@@ -533,6 +548,10 @@ class Lowerer:
                     return s1, c1
                 s2, c2 = self.pred_code(b, sc)
                 return s1 + s2, K.or_of([c1, c2])
+            case Rel(rel=r, args=args) if any(
+                d.rel is r and all(a is b for a, b in zip(d.args, args)) for d, _, _, _ in self.drivers
+            ):
+                return [], K.Bool(True)  # the loop around runs over exactly these non-zeros
             case Rel(rel=r, args=args):
                 # a test reads the relation's dense boolean table (built anyway
                 # when the inputs are validated); out of range reads as false
@@ -603,6 +622,47 @@ class Lowerer:
         loop = Loop(pv, lo, hi, 1, tuple([Assign(v, K.Load(f"{nm}_c{L}", (K.Name(pv),), unsigned=False))] + bs + [found]), "exists")
         body = [loop] if not need else [If(K.and_of(need), (loop,))]
         return [Assign(ex, K.Bool(False))] + body, K.Name(ex)
+
+
+def _add_terms(e):
+    if isinstance(e, Add):
+        return _add_terms(e.lhs) + _add_terms(e.rhs)
+    return [e]
+
+
+def tidy(p: Pred) -> Pred:
+    """Exact predicate clean-ups that expose relation conjuncts to the loop
+    driver (issue 16): ``exists[i:n] q`` with ``i`` not in ``q`` is
+    ``q ∧ 0 < n``; ``a ∨ (a ∧ c)`` and ``(a ∧ c) ∨ a`` are ``a``; ``a ∧ a`` and
+    ``a ∨ a`` are ``a``; ``a ∨ b`` with the same relation conjunct in both
+    sides is that conjunct ``∧`` the rest's disjunction."""
+    match p:
+        case Exists(var=i, extent=n, body=b):
+            # exists i. (q ∧ r(i)) = q ∧ exists i. r(i)
+            cs = conjuncts(tidy(b))
+            outside = [c for c in cs if i not in free_indices(c)]
+            inside = [c for c in cs if i in free_indices(c)]
+            return conj(*outside, Exists(i, n, conj(*inside)) if inside else Cmp("<", Aff((), 0), n))
+        case And(lhs=a, rhs=b):
+            a, b = tidy(a), tidy(b)
+            return a if a is b else conj(a, b)
+        case Or(lhs=a, rhs=b):
+            a, b = tidy(a), tidy(b)
+            if a is b:
+                return a
+            ca, cb = conjuncts(a), conjuncts(b)
+            if all(c in cb for c in ca):  # a ∨ (a ∧ c) = a
+                return a
+            if all(c in ca for c in cb):
+                return b
+            common = [c for c in ca if isinstance(c, Rel) and c in cb]
+            if common:  # (R ∧ x) ∨ (R ∧ y) = R ∧ (x ∨ y)
+                ra = conj(*[c for c in ca if c not in common])
+                rb = conj(*[c for c in cb if c not in common])
+                return conj(*common, Or(ra, rb) if ra is not TRUE and rb is not TRUE else TRUE)
+            return Or(a, b)
+        case _:
+            return p
 
 
 class Unpack(Exception):
