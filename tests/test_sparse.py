@@ -396,3 +396,14 @@ def test_example_sparse_fit_recovers_the_values():
     losses, err = mod.main(["--n", "600", "--steps", "40"])
     assert losses[-1] < 1e-3 * losses[0]
     assert err < 0.05
+
+
+def test_sparse_tensor_is_pickled_with_its_relation_and_canonical():
+    import pickle
+
+    loss, S, A, x, b = _lsq()
+    assert pickle.loads(pickle.dumps(A)) is A
+    assert pickle.loads(pickle.dumps(loss)) is loss
+    assert tl.canonicalize(loss) is tl.canonicalize(_lsq()[0])
+    with pytest.raises(tl.TensorLangError, match="relation"):
+        tl.sparse_tensor("B", "S")
