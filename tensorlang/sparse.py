@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 
 from .errors import InputError, TensorLangError
-from .ir import Access, Gen, Iverson, Relation, SparseVar, Var, as_aff, fresh_index, input_vars, tensor_type
+from .ir import Access, Gen, Iverson, Relation, SparseVar, Var, as_aff, fresh_index, input_vars, meta, tensor_type
 
 # --------------------------------------------------------------------------
 # Declaring
@@ -62,7 +62,7 @@ def guarded_read(v: SparseVar, keys) -> object:
     body = v
     for a in idx:
         body = Access(body, a)
-    out = Iverson(v.rel(*idx), body)
+    out = mark_guard(Iverson(v.rel(*idx), body))
     for j, n in reversed(list(zip(rest, v.rel.extents[len(keys):]))):
         out = Gen(j, n, out)
     return out
@@ -103,6 +103,17 @@ def hoist_guards(e):
         return out
 
     return go(e)
+
+
+def mark_guard(e):
+    """Mark ``[S(a)]·e`` as a sparse read's bracket (a fact about the interned
+    node: the API multiplies such a bracket's product under it)."""
+    meta(e)["sparse_guard"] = True
+    return e
+
+
+def is_guard(e) -> bool:
+    return isinstance(e, Iverson) and e._meta is not None and e._meta.get("sparse_guard", False)
 
 
 def sparse_inputs(program) -> list:

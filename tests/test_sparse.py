@@ -374,6 +374,7 @@ def test_theorems_6_1_and_6_55_with_sparse_tensors(which):
     assert tl.cost(D, **kw) <= 4 * c
     assert tl.cost(adj, **kw) <= 4 * c
     if which == "lsq":
+        assert "m*n" not in str(tl.symbolic_cost(loss))  # the source as written, too (brackets cover products)
         sym = tl.symbolic_cost(ssa)
         assert "nnz_S" in str(sym)
         assert sympy_degree_in(sym, *sym.free_symbols) == 1  # linear in n and nnz_S: no n·m term
