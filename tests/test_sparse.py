@@ -408,3 +408,17 @@ def test_sparse_tensor_is_pickled_with_its_relation_and_canonical():
     assert tl.canonicalize(loss) is tl.canonicalize(_lsq()[0])
     with pytest.raises(tl.TensorLangError, match="relation"):
         tl.sparse_tensor("B", "S")
+
+
+def test_float32_sparse_values_and_coords_input_through_tl_compile():
+    loss, S, A, x, b = _lsq()
+    M, xv, bv = _data(n=70, m=66)
+    M32 = M.astype(np.float32)
+    val, gx_ref, gA_ref = _ref_grads(M, xv, bv)
+    out = tl.compile(loss)(A=M32, x=xv.astype(np.float32), b=bv.astype(np.float32))
+    assert isinstance(out, np.float32) and np.isclose(out, val, rtol=1e-4)
+    gA = tl.grad(loss, wrt=A)(A=M32, x=xv.astype(np.float32), b=bv.astype(np.float32))
+    assert gA.dtype == np.float32 and np.allclose(gA.toarray(), gA_ref.toarray(), rtol=1e-3, atol=1e-3)
+    coo = M.tocoo()
+    got = tl.compile(loss)(A=(np.stack([coo.row, coo.col], 1), coo.data), x=xv, b=bv)
+    assert np.isclose(got, val)
