@@ -37,6 +37,7 @@ import numpy as np
 from .. import bounds
 from ..errors import InputError, TensorLangError
 from ..ir import Call, Expr, PairT, RealT, Rel, TensorT, input_vars, relations_of, walk
+from ..relation_data import _is_scipy as is_scipy
 from ..sparse import SparseData, keeps_packed, unpack_outputs
 from ..typecheck import check_program
 from . import cache as _cache
@@ -315,7 +316,14 @@ def precision(expr: Expr, inputs: dict) -> str:
     def leaf(v):
         if isinstance(v, (bool, int, float)):
             return  # weak
-        kinds.append(np.asarray(v).dtype)
+        if isinstance(v, SparseData):
+            kinds.append(v.values.dtype)
+        elif is_scipy(v):
+            kinds.append(v.dtype)
+        elif isinstance(v, tuple) and len(v) == 2:  # a sparse tensor's (coords, values)
+            kinds.append(np.asarray(v[1]).dtype)
+        else:
+            kinds.append(np.asarray(v).dtype)
 
     for var in input_vars(expr):
         val = inputs.get(var.name)
