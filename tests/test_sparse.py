@@ -422,3 +422,23 @@ def test_float32_sparse_values_and_coords_input_through_tl_compile():
     coo = M.tocoo()
     got = tl.compile(loss)(A=(np.stack([coo.row, coo.col], 1), coo.data), x=xv, b=bv)
     assert np.isclose(got, val)
+
+
+def test_three_way_sparse_tensor():
+    n, m, k = tl.sizes("n m k")
+    R = tl.relation("R", n, m, k)
+    T = tl.sparse_tensor("T", R)
+    x, y = tl.tensor("x", k), tl.tensor("y", m)
+    out = tl.gen(n, lambda i: tl.sum([m, k], lambda j, l: T[i, j, l] * y[j] * x[l]))
+    rng = np.random.default_rng(7)
+    coords = np.unique(np.stack([rng.integers(0, 64, 300), rng.integers(0, 65, 300), rng.integers(0, 66, 300)], 1), axis=0)
+    vals = rng.normal(size=len(coords))
+    xv, yv = rng.normal(size=66), rng.normal(size=65)
+    dense = np.zeros((64, 65, 66))
+    dense[tuple(coords.T)] = vals
+    ref = np.einsum("ijl,j,l->i", dense, yv, xv)
+    assert np.allclose(tl.compile(out)(T=(coords, vals), x=xv, y=yv, n=64), ref)
+    w = rng.normal(size=64)
+    gc, gv = tl.vjp(out, wrt=T)(T=(coords, vals), x=xv, y=yv, n=64, dy=w)
+    assert np.array_equal(gc, coords)  # sorted, as np.unique left them
+    assert np.allclose(gv, w[coords[:, 0]] * yv[coords[:, 1]] * xv[coords[:, 2]])
