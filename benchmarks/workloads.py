@@ -478,6 +478,7 @@ WORKLOADS: tuple = (
 )
 
 BY_NAME = {w.name: w for w in WORKLOADS}
+STANDALONE = {"sparse-tensors": "benchmarks.sparse_bench"}  # issue 16: scipy.sparse inputs, own runner (python -m benchmarks.sparse_bench)
 
 
 def select(only: list | None) -> list:

@@ -43,6 +43,7 @@ from .api import (
 )
 from .conditionals import Comparison, abs, ge, gt, le, lt, maximum, minimum, relu, softplus, where
 from .typecheck import type_of
+from .sparse import relation_data, sparse_tensor
 from .evaluator import evaluate
 from .sharing import explicit_sharing, pretty
 
@@ -81,7 +82,7 @@ __all__ = [
     "Real", "const", "cos", "div", "exists", "exp", "gen", "iverson", "let", "log", "pair",
     "pair_type", "power", "proj", "register_function", "relation", "scalar", "sigmoid", "sin",
     "size", "sizes", "sqrt", "sum", "tanh", "tensor", "tensor_of", "var", "type_of", "evaluate",
-    "pretty", "explicit_sharing",
+    "pretty", "explicit_sharing", "relation_data", "sparse_tensor",
     "Comparison", "abs", "ge", "gt", "le", "lt", "maximum", "minimum", "relu", "softplus", "where",
     *_LAZY,
 ]

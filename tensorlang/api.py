@@ -36,6 +36,7 @@ from .ir import (
     Proj,
     Relation,
     SizeVar,
+    SparseVar,
     Sum,
     TensorT,
     Type,
@@ -326,6 +327,18 @@ def register_function(
 _lift = as_expr  # (in ir, so that conditionals need not import this module)
 
 
+def _mul(a: Expr, b: Expr) -> Expr:
+    """``a * b``; a sparse read's bracket covers the product (issue 16):
+    ``([S(i, j)]·A[i, j])·b`` is built as ``[S(i, j)]·(A[i, j]·b)``."""
+    from .sparse import is_guard, mark_guard
+
+    if is_guard(a):
+        return mark_guard(Iverson(a.pred, Mul(a.body, b)))
+    if is_guard(b):
+        return mark_guard(Iverson(b.pred, Mul(a, b.body)))
+    return Mul(a, b)
+
+
 def _checked(e: Expr) -> Expr:
     type_of(e)
     return e
@@ -375,6 +388,10 @@ def _rpow(e: Expr, b) -> Expr:
 
 def _getitem(e: Expr, key) -> Expr:
     keys = key if isinstance(key, tuple) else (key,)
+    if isinstance(e, SparseVar) and 0 < len(keys) <= len(e.rel.extents) and not any(isinstance(k, slice) for k in keys):
+        from .sparse import guarded_read
+
+        return guarded_read(e, keys)  # [S(i, j)]·A[i][j]: 0 off the relation (issue 16)
     out = e
     for k in keys:
         if isinstance(k, slice):
@@ -422,8 +439,8 @@ def _install():
     Expr.__radd__ = lambda a, b: _checked(Add(_lift(b), a))
     Expr.__sub__ = lambda a, b: _checked(Add(a, _neg(_lift(b))))
     Expr.__rsub__ = lambda a, b: _checked(Add(_lift(b), _neg(a)))
-    Expr.__mul__ = lambda a, b: _checked(Mul(a, _lift(b)))
-    Expr.__rmul__ = lambda a, b: _checked(Mul(_lift(b), a))
+    Expr.__mul__ = lambda a, b: _checked(_mul(a, _lift(b)))
+    Expr.__rmul__ = lambda a, b: _checked(_mul(_lift(b), a))
     Expr.__truediv__ = lambda a, b: _call("div", a, b)
     Expr.__rtruediv__ = lambda a, b: _call("div", b, a)
     Expr.__neg__ = lambda a: _checked(_neg(a))

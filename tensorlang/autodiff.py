@@ -49,8 +49,9 @@ def _check_mode(mode: str) -> None:
 def normalize_for_adjoint(expr: Expr) -> Expr:
     """The four normal-form passes (tensor SSA), as the adjoint rules require."""
     from .passes.pipeline import normalize
+    from .sparse import hoist_guards
 
-    return normalize(expr)
+    return normalize(hoist_guards(expr))  # sparse reads' brackets cover their products (issue 16)
 
 
 # --------------------------------------------------------------------------
@@ -140,11 +141,29 @@ class _Program:
         self.rels = {r.name for r in relations_of(prog)}
         self._plans: dict = {}  # call signature -> (sizes passed on, finiteness checks)
         self._plannable = not relations_of(source)
+        from .sparse import sparse_inputs
+
+        self.sparse_src = source if not extra else _with_inputs(source, extra)
+        self.sparse = bool(sparse_inputs(self.sparse_src))
+        self.packed_ok = False  # set by grad/vjp for sparse wrt (their outputs go through _sparse_out)
+
+    def prepared(self, kwargs: dict) -> dict:
+        """The inputs with sparse data prepared (once per call, shared by the
+        kernels this call runs)."""
+        if not self.sparse:
+            return kwargs
+        from .sparse import prepare
+
+        return prepare(self.sparse_src, kwargs)
 
     @deep
     def __call__(self, kwargs: dict):
         from .backend.dispatch import check_finite, finite_checks, remember, signature
 
+        if self.sparse:  # sparse tensors and relation data prepared once per call (issue 16)
+            from .sparse import prepare
+
+            kwargs = prepare(self.sparse_src, kwargs)
         sig = signature(kwargs) if self._plannable else None
         plan = self._plans.get(sig) if sig is not None else None
         if plan is not None:  # this signature passed the checks below once (backend/dispatch.py)
@@ -157,7 +176,7 @@ class _Program:
             missing = [k for k in self.extra if k not in kwargs]
             if missing:
                 raise InputError(f"missing input(s) {missing}")
-            _, sizes, _, _ = prepare_inputs(self.source, src_kw)
+            _, sizes, _, _ = prepare_inputs(self.source, src_kw, compressed=True)  # sizes only: no dense copies
             bounds.check_sizes(self.constraints, sizes)
             call_sizes = {k: v for k, v in sizes.items() if k in self.sizes}
             if sig is not None:
@@ -166,7 +185,34 @@ class _Program:
                 remember(self._plans, sig, (call_sizes, checks))
         call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
         call.update(call_sizes)
+        if self.packed_ok:
+            from .sparse import keep_packed
+
+            with keep_packed():  # sparse cotangents come back packed on their relation
+                return self.fn(**call)
         return self.fn(**call)
+
+
+def _with_inputs(source: Expr, extra) -> Expr:
+    """A pair program mentioning ``source`` and the extra inputs (tangents,
+    cotangent), so that their sparse data is prepared with the source's."""
+    from .ir import Pair
+
+    out = source
+    for v in extra:
+        out = Pair(out, v)
+    return out
+
+
+def _sparse_out(xs, vals: tuple, inputs: dict, source: Expr) -> tuple:
+    """Cotangents of sparse tensors as scipy.sparse.csr_matrix on their relation."""
+    from .ir import SparseVar
+    from .sparse import prepare, to_sparse, unpack_outputs
+
+    if not any(isinstance(x, SparseVar) for x in xs):
+        return tuple(unpack_outputs(v) for v in vals)
+    prepared = prepare(source, inputs)
+    return tuple(to_sparse(x, v, prepared) if isinstance(x, SparseVar) else unpack_outputs(v) for x, v in zip(xs, vals))
 
 
 def _unpack(val, n: int):
@@ -207,9 +253,12 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse"):
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
     prog = _Program(loss, _grad_program(loss, xs, mode), mode)
+    prog.packed_ok = True
 
     def g(**inputs):
-        return _unpack(prog(inputs), 1 if single else len(xs))
+        inputs = prog.prepared(inputs)
+        out = _sparse_out(xs, (_unpack(prog(inputs), len(xs)),) if single else _unpack(prog(inputs), len(xs)), inputs, loss)
+        return out[0] if single else out
 
     g.program = prog.prog
     return g
@@ -223,10 +272,14 @@ def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
     gprog = _Program(loss, _grad_program(loss, xs, mode), mode)
+    gprog.packed_ok = True
     vprog = _Program(loss, loss, mode)
 
     def vg(**inputs):
-        return vprog(inputs), _unpack(gprog(inputs), 1 if single else len(xs))
+        inputs = gprog.prepared(inputs)
+        gs = _unpack(gprog(inputs), len(xs))
+        gs = _sparse_out(xs, (gs,) if single else gs, inputs, loss)
+        return vprog(inputs), gs[0] if single else gs
 
     vg.program = gprog.prog
     return vg
@@ -241,9 +294,13 @@ def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
     xs, single = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
     prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
+    prog.packed_ok = True
 
     def f(**inputs):
-        return _unpack(prog(inputs), 1 if single else len(xs))
+        inputs = prog.prepared(inputs)
+        gs = _unpack(prog(inputs), len(xs))
+        gs = _sparse_out(xs, (gs,) if single else gs, inputs, expr)
+        return gs[0] if single else gs
 
     f.program = prog.prog
     return f
@@ -258,8 +315,13 @@ def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
     check_program(expr)
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
-    tangents = list(tangent_inputs(expr, xs).values())
-    dprog = _Program(expr, derivative(expr, xs), mode, extra=tangents)
+    from .sparse import tangent_of
+
+    dense_t = tangent_inputs(expr, xs)
+    # a sparse tensor's tangent is sparse on the same relation (issue 16)
+    tangents = [tangent_of(x, dense_t[x]) for x in xs]
+    dexpr = subst(derivative(expr, xs), vals={dense_t[x]: t for x, t in zip(xs, tangents) if t is not dense_t[x]})
+    dprog = _Program(expr, dexpr, mode, extra=tangents)
     vprog = _Program(expr, expr, mode)
 
     def f(**inputs):

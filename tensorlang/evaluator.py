@@ -34,6 +34,7 @@ from . import bounds
 from .errors import IndexError_, InputError, TensorLangError, describe
 from .functions import expand_derivative, lookup
 from .ir import (
+    shape_of,
     Access,
     Add,
     Aff,
@@ -350,11 +351,17 @@ def infer_sizes(constraints, given: dict) -> dict:
     return sizes
 
 
-def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None):
+def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None, compressed: bool = False):
     """Validate inputs by name and shape; return (env, sizes, relations, domain).
 
     Shared by the evaluator and the compiled kernels' argument checking.
+    ``compressed`` (the kernels): sparse tensors stay ``SparseData`` and
+    relations come back as ``RelationData`` instead of dense tables.
     """
+    from . import sparse as sparse_
+
+    # sparse tensors and prepared relation data (issue 16)
+    kwargs = sparse_.prepare(program, kwargs) if compressed else sparse_.dense_inputs(program, kwargs)
     ins = input_vars(program)
     rels = relations_of(program)
     by_name = {}
@@ -401,6 +408,11 @@ def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None):
     arrays = {}
     for v in ins:
         val = kwargs[v.name]
+        if isinstance(val, sparse_.SparseData):  # compressed: shape from its relation data
+            for a, length in zip(shape_of(v.type), val.rel.shape):
+                constraints.append((a, int(length), f"sparse tensor {v.name} (shape {val.rel.shape})"))
+            arrays[(v, ())] = val
+            continue
         for path, ext, aos in _type_shape_leaves(v.type):
             if aos is not None:
                 raise InputError(
@@ -421,6 +433,15 @@ def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None):
             arrays[(v, path)] = arr
     for r in rels:
         data = kwargs[r.name]
+        if compressed:
+            data = sparse_.relation_data(data, f"relation {r.name}")
+            if data.shape is None:
+                continue  # coordinate rows: bound to the sizes below
+            if len(data.shape) != len(r.extents):
+                raise InputError(f"relation {r.name} must have {len(r.extents)} dimension(s), got shape {data.shape}")
+            for a, length in zip(r.extents, data.shape):
+                constraints.append((a, int(length), f"relation {r.name} (shape {data.shape})"))
+            continue
         try:
             data = np.asarray(data)
         except Exception as exc:
@@ -439,7 +460,13 @@ def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None):
     for v in ins:
         val = kwargs[v.name]
         env[v] = _rebuild_value(v.type, (), arrays, v)
-    relations = {r: relation_dense(r, kwargs[r.name], sizes) for r in rels}
+    if compressed:
+        relations = {}
+        for r in rels:
+            rd = sparse_.relation_data(kwargs[r.name], f"relation {r.name}")
+            relations[r] = rd.bound(tuple(a.evaluate(sizes) for a in r.extents), f"relation {r.name}")
+    else:
+        relations = {r: relation_dense(r, kwargs[r.name], sizes) for r in rels}
     return env, sizes, relations, dom
 
 
@@ -447,6 +474,8 @@ def _rebuild_value(t, path, arrays, v):
     if isinstance(t, PairT):
         return (_rebuild_value(t.fst, path + (0,), arrays, v), _rebuild_value(t.snd, path + (1,), arrays, v))
     arr = arrays[(v, path)]
+    if not isinstance(arr, np.ndarray):
+        return arr  # SparseData (compressed inputs)
     return arr if arr.ndim else (arr[()])
 
 

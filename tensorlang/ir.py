@@ -669,6 +669,17 @@ class Var(Expr):
 
 
 @node
+class SparseVar(Var):
+    """An input tensor stored on a relation (``tl.sparse_tensor``, issue 16):
+    type ``[n][m]R`` whose values exist only where ``rel`` holds.  Every read
+    the API builds is guarded by ``[rel(i, j)]`` (``tensorlang.sparse``), so
+    every stage sees an ordinary variable under a relation bracket; the
+    field tells the runtime and the backend that the data is compressed."""
+
+    rel: Relation
+
+
+@node
 class Const(Expr):
     value: Any
 
@@ -997,9 +1008,14 @@ def input_vars(e: Expr) -> list:
 
 
 def relations_of(n: Node) -> list:
-    """Relations used in ``n``, sorted by name."""
-    rels = {x.rel for x in walk(n) if isinstance(x, Rel)}
-    return sorted(rels, key=lambda r: r.name)
+    """Relations used in ``n``, sorted by name (memoized on the node: every
+    call of a compiled program asks)."""
+    m = meta(n)
+    got = m.get("relations")
+    if got is None:
+        rels = {x.rel for x in walk(n) if isinstance(x, Rel)}
+        got = m["relations"] = tuple(sorted(rels, key=lambda r: r.name))
+    return list(got)
 
 
 def accesses(base: Expr):

@@ -98,7 +98,7 @@ def _worth_compiling(expr: Expr, inputs: dict) -> bool:
     from .evaluator import prepare_inputs
 
     try:
-        _, sizes, _, _ = prepare_inputs(expr, inputs, exact=False)
+        _, sizes, _, _ = prepare_inputs(expr, inputs, exact=False, compressed=True)  # sizes only
     except Exception:
         return True  # let the kernel report the input error
     vals = [v for v in sizes.values() if v > 0]

@@ -36,7 +36,9 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError, TensorLangError
-from ..ir import Call, Expr, PairT, RealT, TensorT, input_vars, relations_of, walk
+from ..ir import Call, Expr, PairT, RealT, Rel, TensorT, input_vars, relations_of, walk
+from ..relation_data import _is_scipy as is_scipy
+from ..sparse import SparseData, keeps_packed, unpack_outputs
 from ..typecheck import check_program
 from . import cache as _cache
 from .dispatch import check_finite, finite_checks, remember, signature
@@ -98,6 +100,7 @@ class Kernel:
         self._plans: dict = {}  # call signature -> _Plan (dispatch.py)
         self._plannable = not relations_of(expr)  # relation data is converted per call
         self._type = None
+        self._packed = any(isinstance(n, Rel) for n in walk(expr))  # may return packed outputs
 
     def lowered(self):
         if self._lowered is None:
@@ -173,6 +176,12 @@ class Kernel:
         return out
 
     def __call__(self, **inputs):
+        out = self._call(inputs)
+        if self._packed and not keeps_packed():
+            out = unpack_outputs(out)  # callers outside the gradient API get dense arrays
+        return out
+
+    def _call(self, inputs: dict):
         sig = signature(inputs) if self._plannable and not self.python else None
         if sig is not None:
             plan = self._plans.get(sig)
@@ -184,7 +193,9 @@ class Kernel:
         for k, v in inputs.items():
             if isinstance(v, np.ndarray) and v.dtype == object:
                 raise InputError(f"input {k} is an object array; compiled kernels run in floating point (use tl.evaluate)")
-        env, sizes, relations, _ = prepare_inputs(self.expr, inputs, exact=False)
+        # sparse tensors stay compressed and relations come as RelationData,
+        # prepared once per distinct array (issues 13 and 16)
+        env, sizes, relations, _ = prepare_inputs(self.expr, inputs, exact=False, compressed=True)
         bounds.check_sizes(bounds.check_program(self.expr), sizes)  # constant accesses in range
         big = [s for s, v in sizes.items() if v > MAX_SIZE]
         if big:
@@ -227,14 +238,20 @@ class Kernel:
         args = list(plan.size_args)
         for name, path, rank in plan.leaves:
             val = values[name]
+            if isinstance(val, SparseData):  # a read off the relation's loops: densified
+                val = val.dense(dtype)
             for k in path:
                 val = val[k]
             args.append(np.ascontiguousarray(val, dtype=dtype) if rank else dtype(val))
-        if spec["relations"] or spec.get("dense_relations"):
+        if spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values") or spec.get("relation_orders"):
             for name, perm, ptrs, cols in spec["relations"]:
-                args += _relation_arrays(rels[name], perm, ptrs, cols)
+                args += rels[name].kernel_arrays(perm, ptrs, cols)
             for name in spec.get("dense_relations", []):
-                args.append(np.ascontiguousarray(rels[name], dtype=np.bool_))
+                args.append(rels[name].dense())
+            for name, perm in spec.get("sparse_values", []):
+                args.append(values[name].permuted(perm, dtype))
+            for name, perm in spec.get("relation_orders", []):
+                args.append(rels[name].order(perm))
         if plan.temps:
             args += self._temporaries(plan.temps, dtype)
         fn, threads = plan.fn, plan.threads
@@ -252,6 +269,11 @@ class Kernel:
                 res = fn(*args)
         else:
             res = fn(*args)
+        if spec.get("sparse_outputs"):
+            # packed outputs: values in the relation's CSR order (issue 16)
+            res = list(res)
+            for k, rname in spec["sparse_outputs"]:
+                res[k] = SparseData(rels[rname], res[k])
         return _aos(_rebuild(spec["outputs"], res, dtype), plan.type, dtype)
 
 
@@ -294,7 +316,14 @@ def precision(expr: Expr, inputs: dict) -> str:
     def leaf(v):
         if isinstance(v, (bool, int, float)):
             return  # weak
-        kinds.append(np.asarray(v).dtype)
+        if isinstance(v, SparseData):
+            kinds.append(v.values.dtype)
+        elif is_scipy(v):
+            kinds.append(v.dtype)
+        elif isinstance(v, tuple) and len(v) == 2:  # a sparse tensor's (coords, values)
+            kinds.append(np.asarray(v[1]).dtype)
+        else:
+            kinds.append(np.asarray(v).dtype)
 
     for var in input_vars(expr):
         val = inputs.get(var.name)
@@ -373,7 +402,7 @@ def _rebuild(spec, res, dtype):
     if spec[0] == "pair":
         return (_rebuild(spec[1], res, dtype), _rebuild(spec[2], res, dtype))
     v = res[spec[1]]
-    if isinstance(v, np.ndarray):
+    if isinstance(v, (np.ndarray, SparseData)):
         return v
     return _scalar(v, dtype)
 

@@ -162,6 +162,7 @@ def kernel_arity(spec) -> int:
         n = len(spec["sizes"]) + len(spec["inputs"])
         n += sum(len(r[2]) + len(r[3]) for r in spec["relations"])
         n += len(spec.get("dense_relations", [])) + len(spec.get("temporaries", []))
+        n += len(spec.get("sparse_values", [])) + len(spec.get("relation_orders", []))
     except (TypeError, KeyError, IndexError) as exc:
         raise BadEntry(f"the spec's argument lists are malformed ({exc})") from None
     return n

@@ -48,11 +48,14 @@ from ..ir import (
     Proj,
     RealT,
     Rel,
+    SparseVar,
     Sum,
     TensorT,
     Var,
+    TRUE,
     accesses,
     conj,
+    disj,
     gens,
     input_vars,
     make_lets,
@@ -69,6 +72,7 @@ from .hoist import hoist, occurrences, split_bracket
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
+from .relations import RelationLowering, Unpack, _add_terms, tidy
 
 
 def const_value(v, node) -> float:
@@ -79,7 +83,7 @@ def const_value(v, node) -> float:
         raise TensorLangError(f"the constant {describe(node)} does not fit a float64") from None
 
 
-class Lowerer:
+class Lowerer(RelationLowering):
     def __init__(self, program: Expr, mode: str):
         if mode not in ("sparse", "naive"):
             raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
@@ -104,7 +108,18 @@ class Lowerer:
         cons = [f"0 <= {p} <= {MAX_SIZE}" for p in params]
         self.scope0 = Scope(symmap, params, cons, {"positive": list(params), "needs_positive": False, "checks": []})
         self.leaves: dict = {}  # (Var, path) -> (kernel name, extents)
+        # sparse tensors (issue 16): (SparseVar, perm) -> kernel name of its values
+        # in the relation's order ``perm``; a dense copy only if some read is not
+        # at a position a relation loop is already at (registered on demand)
+        self.sparse_vals: dict = {}
+        self.drivers: list = []  # relation loops around the code being emitted: (Rel, perm, position var)
+        self.sparse_outs: dict = {}  # output array name -> Relation it is packed on
+        self.packed: dict = {}  # let Var -> (Relation, kernel name): arrays stored one slot per non-zero
+        self.no_pack: set = set()  # let Vars read somewhere off their relation's loops (stored dense)
+        self.orders: dict = {}  # (Relation, perm) -> kernel name of the permutation into perm order
         for v in input_vars(program):
+            if isinstance(v, SparseVar):
+                continue
             for path, t in _leaves(v.type):
                 ext = shape_of(t)
                 if not isinstance(_elem(t), RealT):
@@ -149,27 +164,53 @@ class Lowerer:
         name = self.names.new("array")
         ext = [n for _, n in gb]
         p, s = split_bracket(body)
+        if p is TRUE and self.mode == "sparse" and isinstance(s, Add):
+            # [p1]·a + [p2]·b is zero off p1 ∨ p2: that union bounds the loops
+            terms = _add_terms(s)
+            if all(isinstance(t, Iverson) for t in terms):
+                p = disj(*[t.pred for t in terms])
+        if self.mode == "sparse":
+            p = tidy(p)
+        packed = self._packed_on(gb, p) if scope is self.scope0 and x not in self.no_pack else None
 
         def emit(sc, dims):
             st, code = self.scalar(s, sc)
+            if packed is not None:
+                top = self.drivers[-1] if self.drivers else None
+                if top is None or top[0] is not packed:
+                    raise UnsupportedError(f"internal: the compressed output {x.name} is not written in its relation's loop")
+                return st + [Store(name, (K.Name(top[2]),), code)]
             return st + [Store(name, tuple(K.Name(d) for d in dims), code)]
 
         stmts, full = self.block(gb, p, scope, emit, "gen")
         pooled = role == "temporary" and scope is self.scope0
-        alloc = Alloc(name, tuple(aff_expr(n, self.scope0) for n in ext), not full, role, x.name, pooled)
+        if packed is not None:
+            # the output is the relation's values in its row-major (CSR) order,
+            # one slot per non-zero: O(nnz) memory (issue 16, item 4)
+            nnz = K.Load(f"{self.rel_name(packed.rel, ())}_p0", (K.Int(1),), unsigned=False)
+            alloc = Alloc(name, (nnz,), True, role, x.name, False)
+            if role == "output":
+                self.sparse_outs[name] = packed.rel
+            self.packed[x] = (packed.rel, name)
+            self.allocs.append(alloc)
+            self.arrays[x] = (name, (None,))
+            return [alloc] + stmts
+        else:
+            alloc = Alloc(name, tuple(aff_expr(n, self.scope0) for n in ext), not full, role, x.name, pooled)
         self.allocs.append(alloc)
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
 
-    # -- blocks ---------------------------------------------------------------------------
     def block(self, binds, p, scope: Scope, emit, kind: str):
         """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box)."""
         names = [self.names.new("index") for _ in binds]
         syms = {i: nm for (i, _), nm in zip(binds, names)}
         sc = scope.child(syms)
         box = box_cons(names, [n for _, n in binds], sc)
+        if self.mode == "sparse":
+            p = tidy(p)  # so that a relation conjunct hidden in S ∨ (S ∧ q) can drive the loops
         cs = conjuncts(p)
-        driver = None
+        driver = pvar = None
         if self.mode == "naive":
             tests, dom = cs, []
         else:
@@ -181,9 +222,15 @@ class Lowerer:
             dom = [sc.pred(c) for c in cs if not has_rel(c)]
             if driver is not None:
                 dom.append(sc.pred(driver))
+                pvar = self.names.new("index")
+                self.drivers.append((driver, self._drivable(driver, names, syms)[0], pvar, names))
         inner = sc.child(params=names, cons=box + dom)
         body_scope = inner.child(cons=[inner.pred(t) for t in tests])
-        body = emit(body_scope, names)
+        try:
+            body = emit(body_scope, names)
+        finally:
+            if pvar is not None:
+                self.drivers.pop()
         if tests:
             tst, tcode = self.pred_code(conj(*tests), inner)
             if tcode != K.Bool(True):
@@ -192,83 +239,12 @@ class Lowerer:
             stmts = to_loops(ast_for(scope, names, box + dom), names, body, kind)
             full = not tests and not dom or (not tests and covers(scope, names, box, dom))
         else:
-            stmts = self._driven(driver, names, syms, scope, box + dom, body, kind)
+            stmts = self._driven(driver, names, syms, scope, box + dom, body, kind, pvar)
             full = False
         if kind == "gen" and scope is self.scope0:
             stmts = _mark_parallel(stmts)
         return stmts, full
 
-    def _drivable(self, rel: Rel, names, syms):
-        """``(perm, L)`` when the relation can drive the block: every argument is
-        either a distinct plain block index or mentions no block index.  ``perm``
-        lists the outer arguments' positions, then the block indices'; the
-        relation's coordinates are iterated sorted in that column order (the
-        transposed, CSC-like order for ``R(j, i)`` with ``j`` in the block)."""
-        block_vars = set(syms)
-        outer, inner, seen = [], [], set()
-        for k, a in enumerate(rel.args):
-            if len(a.terms) == 1 and a.const == 0 and a.terms[0][1] == 1 and a.terms[0][0] in block_vars:
-                if a.terms[0][0] in seen:
-                    return None
-                seen.add(a.terms[0][0])
-                inner.append(k)
-            elif a.index_vars() & block_vars:
-                return None
-            else:
-                outer.append(k)
-        if not inner:
-            return None
-        return tuple(outer + inner), len(outer)
-
-    def _use_rel(self, r, perm, ptr=None, col=None) -> str:
-        use = self.rel_use.setdefault((r, perm), {"ptrs": set(), "cols": set()})
-        if ptr is not None:
-            use["ptrs"].add(ptr)
-        if col is not None:
-            use["cols"].add(col)
-        return self.rel_name(r, perm)
-
-    def _driven(self, rel: Rel, names, syms, scope: Scope, cons, body, kind):
-        perm, L = self._drivable(rel, names, syms)
-        r = rel.rel
-        args = [rel.args[k] for k in perm]
-        exts = [r.extents[k] for k in perm]
-        nm = self._use_rel(r, perm, ptr=L)
-        driven = [syms[a.terms[0][0]] for a in args[L:]]
-        rest = [d for d in names if d not in driven]
-        rows = self._rows(args[:L], exts[:L], scope)
-        pvar = self.names.new("index")
-        assigns = []
-        for k, d in enumerate(driven):
-            self._use_rel(r, perm, col=L + k)
-            assigns.append(Assign(d, K.Load(f"{nm}_c{L + k}", (K.Name(pvar),), unsigned=False)))
-        dscope = scope.child(
-            {i: syms[i] for i in syms if syms[i] in driven},
-            params=driven,
-            cons=[f"0 <= {d} < {scope.aff(n)}" for d, n in zip(driven, exts[L:])],
-        )
-        inner = to_loops(ast_for(dscope, rest, cons), rest, body, kind)
-        ptr = f"{nm}_p{L}"
-        lo = K.Load(ptr, (rows,), unsigned=False)
-        hi = K.Load(ptr, (K.IBin("+", rows, K.Int(1)),), unsigned=False)
-        loop = Loop(pvar, lo, hi, 1, tuple(assigns + inner), "rel")
-        need = [
-            in_range(aff_expr(a, scope), aff_expr(n, scope))
-            for a, n in zip(args[:L], exts[:L])
-            if not scope.holds(f"0 <= {scope.aff(a)} < {scope.aff(n)}")
-        ]
-        if need:
-            return [If(K.and_of(need), (loop,))]
-        return [loop]
-
-    def _rows(self, args, exts, scope: Scope) -> K.KExpr:
-        code = None
-        for a, n in zip(args, exts):
-            a_code = aff_expr(a, scope)
-            code = a_code if code is None else K.IBin("+", K.IBin("*", code, aff_expr(n, scope)), a_code)
-        return code if code is not None else K.Int(0)
-
-    # -- scalars ---------------------------------------------------------------------------
     def scalar(self, e: Expr, sc: Scope):
         """Signature: scalar : Expr -> ([stmt], kernel-IR float expression).
 
@@ -294,6 +270,12 @@ class Lowerer:
                 return [], K.Name(self.scalar_var(e))
             case Access():
                 base, idx = accesses(e)
+                if isinstance(base, SparseVar):
+                    got = self.sparse_load(base, idx)
+                    if got is not None:
+                        return [], got
+                if isinstance(base, Var) and base in self.packed:
+                    return [], self.packed_load(base, idx)
                 name, ext = self.array_of(base)
                 if len(idx) != len(ext):
                     raise UnsupportedError(f"partial access {describe(e)}")
@@ -397,6 +379,10 @@ class Lowerer:
         if isinstance(base, Var) and base in self.arrays:
             return self.arrays[base]
         leaf = self._leaf(base)
+        if leaf is not None and isinstance(leaf[0], SparseVar) and leaf not in self.leaves:
+            # a read not at a relation loop's position: the kernel takes the
+            # tensor densified (correct, O(n·m) memory; see sparse_load)
+            self.leaves[leaf] = (self.names.new("input"), shape_of(leaf[0].type))
         if leaf is None or leaf not in self.leaves:
             raise UnsupportedError(f"the backend cannot index {describe(base)}")
         return self.leaves[leaf]
@@ -416,6 +402,8 @@ class Lowerer:
 
         Affine parts are simplified by isl against what the scope already
         knows (``gist``), so a bracket implied by the loop bounds costs nothing."""
+        if self.mode == "sparse" and isinstance(p, (Or, Exists)):
+            p = tidy(p)
         if not has_rel(p):
             got = affine_test(sc, p)
             if got is not None:
@@ -437,6 +425,10 @@ class Lowerer:
                     return s1, c1
                 s2, c2 = self.pred_code(b, sc)
                 return s1 + s2, K.or_of([c1, c2])
+            case Rel(rel=r, args=args) if any(
+                d.rel is r and all(a is b for a, b in zip(d.args, args)) for d, _, _, _ in self.drivers
+            ):
+                return [], K.Bool(True)  # the loop around runs over exactly these non-zeros
             case Rel(rel=r, args=args):
                 # a test reads the relation's dense boolean table (built anyway
                 # when the inputs are validated); out of range reads as false
@@ -449,6 +441,8 @@ class Lowerer:
                 ]
                 look = K.Load(f"{self.rel_name(r, ())}_d", tuple(aff_expr(a, sc) for a in args))
                 return [], K.and_of(rng + [look])
+            case Exists(var=i, extent=n, body=b) if self.mode == "sparse" and self._exists_driver(i, b) is not None:
+                return self._exists_driven(i, n, b, sc)
             case Exists(var=i, extent=n, body=b):
                 ex = self.local()
                 v = self.names.new("index")
@@ -508,13 +502,24 @@ def lower_program(program: Expr, mode: str = "sparse"):
     """
     binds, out = split_program(program)
     binds, out = resolve_aliases(binds, out)
-    lw = Lowerer(program, mode)
     outs = out_vars(out)
-    binds = fuse(binds, [o for o in outs if isinstance(o, Var)], lw.scope0)
-    body = []
-    outset = set(outs)
-    for x, rhs in binds:
-        body += lw.binding(x, rhs, "output" if x in outset else "temporary")
+    fused = None
+    no_pack: set = set()
+    while True:  # at most once more per let array found read off its relation's loops
+        lw = Lowerer(program, mode)
+        lw.no_pack = set(no_pack)
+        if fused is None:
+            fused = fuse(binds, [o for o in outs if isinstance(o, Var)], lw.scope0)
+        body = []
+        outset = set(outs)
+        try:
+            for x, rhs in fused:
+                body += lw.binding(x, rhs, "output" if x in outset else "temporary")
+        except Unpack as u:
+            no_pack.add(u.var)
+            continue
+        break
+    binds = fused
     results, copies = [], set()
     for o in outs:
         if isinstance(o, Var) and o in lw.arrays:
@@ -542,6 +547,14 @@ def lower_program(program: Expr, mode: str = "sparse"):
         rels.append([r.name, list(perm), ptrs, cols])
     for r in lw.dense_rels:
         args.append(f"{lw.rel_name(r, ())}_d")
+    svals = []
+    for (v, perm), name in lw.sparse_vals.items():
+        args.append(name)
+        svals.append([v.name, list(perm)])
+    orders = []
+    for (r, perm), name in lw.orders.items():
+        args.append(name)
+        orders.append([r.name, list(perm)])
     work = [_extents([n for _, n in gens(rhs)[0]]) for _, rhs in binds if gens(rhs)[0]]
     # Temporaries come from a per-kernel pool: fresh 8 MB arrays each call
     # cost more in page faults than a gradient's arithmetic.
@@ -558,6 +571,10 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "inputs": inputs,
         "relations": rels,
         "dense_relations": [r.name for r in lw.dense_rels],
+        "sparse_values": svals,
+        "relation_orders": orders,  # [relation, perm]: positions of the perm-sorted coordinates
+        # result leaves stored packed on a relation: [leaf index, relation name]
+        "sparse_outputs": [[k, lw.sparse_outs[r].name] for k, r in enumerate(results) if r in lw.sparse_outs],
         "outputs": _out_spec(out, outs),
         "work": work,
         "mode": mode,
