@@ -336,10 +336,13 @@ def schedule(policy, T: int) -> Schedule:
 
 def _revolve(T: int, s: int) -> Schedule:
     """Griewank's binomial schedule with ``s`` snapshots (slot 0 holds ``s_0``):
-    a range ``[a, b)`` with ``c`` free slots and repetition number ``r`` puts
-    its snapshot where the right part, ``C(c - 1 + r, c - 1)`` steps long,
-    can be reversed with ``c - 1`` slots, and the left part with ``c`` slots
-    and ``r - 1`` repetitions (``C(c+r, c) = C(c+r-1, c) + C(c-1+r, c-1)``)."""
+    a range ``[a, b)`` holding ``s_a`` with ``c`` free slots has ``c + 1``
+    checkpoints and repetition number ``r`` (least with ``C(c+1+r, c+1) >=
+    b - a``); its snapshot goes where the right part, ``C(c + r, c)`` steps
+    long, can be reversed with ``c`` checkpoints, and the left part with
+    ``c + 1`` and ``r - 1`` repetitions (``C(c+1+r, c+1) = C(c+r, c+1) +
+    C(c+r, c)``).  The forward steps beyond the primal's are at most
+    ``r·T`` (Griewank and Walther, Revolve)."""
     acts: list = [("store", 0, 0), ("advance", 0, T), ("final",)]
 
     def rev(a: int, b: int, c: int, slot: int):
@@ -354,8 +357,10 @@ def _revolve(T: int, s: int) -> Schedule:
                     acts.append(("advance", a, t))
                 acts.append(("reverse", t))
             return
-        r = repetitions(c, b - a)
-        right = max(1, min(math.comb(c - 1 + r, c - 1), b - a - 1))
+        # c + 1 checkpoints here (s_a's slot and c free): r repetitions
+        # reverse C(c + 1 + r, c + 1) steps; the right part gets c checkpoints
+        r = repetitions(c + 1, b - a)
+        right = max(1, min(math.comb(c + r, c), b - a - 1))
         m = b - right
         acts.extend((("restore", slot, a), ("advance", a, m), ("store", slot + 1, m)))
         rev(m, b, c - 1, slot + 1)
