@@ -98,7 +98,7 @@ class _Reverse:
                 return None, []
             if isinstance(prog, Var):  # the identity: the cotangent itself
                 return "identity", wrt
-            return _Part(adjoint(prog, wrt, cotangent=cot), lp.mode, lp.compile_fn), wrt
+            return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
 
         self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
         self.body_vjp = vjp_part(sp.body, [sp.state] + xs, self.dstate)
@@ -178,15 +178,21 @@ class _Reverse:
         return value, out
 
 
-def adjoint(prog, wrt, *, cotangent: str):
+def adjoint(prog, wrt, *, cotangent: str, mode: str = "sparse"):
     """``simplify(D^T⟦normalize(prog)⟧)`` of a loop-free part (as ``autodiff.adjoint``,
-    which imports this module for loop programs, so it is not imported back)."""
+    which imports this module for loop programs, so it is not imported back);
+    ``mode="naive"``: the dense transposition, unsimplified."""
     from . import bounds
     from .passes.adjoint import transpose
+    from .passes.naive_adjoint import naive_transpose
     from .passes.pipeline import normalize
     from .passes.simplify import simplify
 
-    out = simplify(transpose(normalize(prog), list(wrt), Var(cotangent, 0, type_of(prog))))
+    seed = Var(cotangent, 0, type_of(prog))
+    if mode == "naive":
+        out = naive_transpose(normalize(prog), list(wrt), seed)
+    else:
+        out = simplify(transpose(normalize(prog), list(wrt), seed))
     bounds.inherit(out, prog)
     return out
 
