@@ -139,8 +139,7 @@ class _Reverse:
             for a in schedule(policy, T).actions:
                 op = a[0]
                 if op == "advance":
-                    for t in range(a[1], a[2]):
-                        cur = lp._step(lp.body, values, sizes, cur, t)
+                    cur = lp.advance(values, sizes, cur, a[1], a[2])
                 elif op == "store":
                     slots[a[1]] = cur  # kernels return fresh arrays: no copy needed
                 elif op == "restore":

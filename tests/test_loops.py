@@ -233,3 +233,19 @@ def test_errors_name_the_loop():
     _, loss = loss_of()
     with pytest.raises(tl.UnsupportedError, match="tl.adjoint of a program with a loop"):
         tl.adjoint(loss, wrt=[u0])
+
+
+def test_numba_driver_runs_the_steps_and_matches_per_step_calls():
+    L, loss = loss_of()
+    kw = data(steps=9)
+    k = tl.compile(L)
+    drv = k.program.driver()
+    assert drv is not None  # a tensor state, float64 inputs: one njit loop around the body kernel
+    got = k(**kw)
+    k.program._driver = None  # the per-step validated calls
+    np.testing.assert_array_equal(k(**kw), got)
+    np.testing.assert_allclose(got, ref(kw["u0"], kw["a"], kw["f"]), rtol=1e-13)
+    # float32 inputs: the float32 kernel, per step
+    kw32 = {k_: (np.float32(v) if np.ndim(v) == 0 else v.astype(np.float32)) for k_, v in kw.items()}
+    k2 = tl.compile(L)
+    assert k2(**kw32).dtype == np.float32

@@ -3,14 +3,24 @@
 ``loops.split`` cuts a program at its top-level loop into ``pre``, ``body``
 and ``post``; each is compiled to its own kernel by ``tl.compile``, and the
 body's kernel runs ``T`` times with ``T`` a runtime value, so the kernels'
-size and compile time do not depend on ``T``.  The step loop runs in
-Python around the body kernel (one validated dispatch per step, the plan
-cached by the inputs' signature, ``backend/dispatch.py``).
+size and compile time do not depend on ``T``.
+
+The steps run in one Numba driver per body kernel (:class:`Driver`):
+``for t in range(t0, t1): s = body(sizes…, inputs…, s)`` compiled with
+``njit`` around the body's own ``njit`` kernel (Numba calls one from the
+other without leaving machine code), ``T`` and ``t`` runtime arguments.
+The first step goes through the kernel's validated call (names, shapes,
+sizes, finiteness of the inputs); the driver then repeats the same call.
+Where the driver does not apply (a pair-valued state, float32 inputs,
+relation data, a kernel whose proof needs positive sizes) the steps run
+as validated calls from Python, one per step, with the same results.
 """
 
 from __future__ import annotations
 
-from ..ir import Var, input_vars, size_vars
+import numpy as np
+
+from ..ir import TensorT, Var, input_vars, size_vars
 from ..loops import Split, split
 from ..typecheck import check_program
 
@@ -71,16 +81,119 @@ class LoopProgram:
             sizes = {**sizes, self.sp.t_size.name: t}
         return part(values, sizes)
 
+    def advance(self, values: dict, sizes: dict, s, t0: int, t1: int):
+        """The state after steps ``t0 … t1-1`` from ``s`` (``s_t0``)."""
+        if t1 <= t0:
+            return s
+        s = self._step(self.body, values, sizes, s, t0)  # validated
+        if t1 == t0 + 1:
+            return s
+        drv = self.driver()
+        if drv is not None:
+            values[self.sp.state.name] = s
+            got = drv.run(values, sizes, t0 + 1, t1)
+            if got is not None:
+                return got
+        for t in range(t0 + 1, t1):
+            s = self._step(self.body, values, sizes, s, t)
+        return s
+
+    def driver(self):
+        if not hasattr(self, "_driver"):
+            self._driver = Driver.build(self.body, self.sp)
+        return self._driver
+
     def forward(self, inputs: dict):
         sizes = self.sizes(inputs)
         values = dict(inputs)
-        s = self.pre(values, sizes)
-        for t in range(self.steps(sizes)):
-            s = self._step(self.body, values, sizes, s, t)
+        s = self.advance(values, sizes, self.pre(values, sizes), 0, self.steps(sizes))
         values[self.sp.final.name] = s
         return self.post(values, sizes)
 
     __call__ = forward
+
+
+class Driver:
+    """A Numba ``for t in range(t0, t1)`` loop around a body kernel (module doc)."""
+
+    def __init__(self, fn, spec, state: str, t_size: str | None):
+        self.fn, self.spec, self.state, self.t_size = fn, spec, state, t_size
+
+    @classmethod
+    def build(cls, part: Part, sp: Split):
+        from .api import Kernel
+
+        k = part.fn
+        if not isinstance(k, Kernel) or k.python or not isinstance(sp.state.type, TensorT):
+            return None
+        var = k.variant("float64")
+        spec = var.spec
+        leaves = [tuple(x) for x in spec["inputs"]]
+        if (spec["relations"] or spec.get("dense_relations") or spec["outputs"] != ["leaf", 0]
+                or (sp.state.name, (), _rank(sp.state.type)) not in [(a, tuple(b), c) for a, b, c in leaves]
+                or any(a == sp.state.name and tuple(b) != () for a, b, _ in leaves)):
+            return None
+        import numba
+
+        args = [f"z{k}" for k in range(len(spec["sizes"]) + len(leaves) + len(spec.get("temporaries", [])))]
+        call = list(args)
+        for k, name in enumerate(spec["sizes"]):
+            if t_name(sp) == name:
+                call[k] = "t"
+        for k, (name, _, _) in enumerate(leaves):
+            if name == sp.state.name:
+                call[len(spec["sizes"]) + k] = "s"
+        src = (f"def drive(t0, t1, s, {', '.join(args)}):\n"
+               f"    for t in range(t0, t1):\n"
+               f"        s = body({', '.join(call)})[0]\n"
+               f"    return s\n")
+        ns = {"body": var.module.kernel_serial}
+        exec(compile(src, "<tensorlang loop driver>", "exec"), ns)
+        return cls(numba.njit(nogil=True)(ns["drive"]), spec, sp.state.name, t_name(sp))
+
+    def run(self, values: dict, sizes: dict, t0: int, t1: int):
+        """``s_t1`` from ``values[state] = s_t0``, or None where the driver does not apply."""
+        spec = self.spec
+        if spec.get("needs_positive_sizes") and any(sizes.get(n, 1) < 1 for n in spec["sizes"] if n != self.t_size):
+            return None
+        vals = {k: values[k] for k, _, _ in spec["inputs"]}
+        if precision_of(vals) != "float64":
+            return None
+        args = [np.int64(0 if n == self.t_size else sizes[n]) for n in spec["sizes"]]
+        for name, path, rank in spec["inputs"]:
+            v = vals[name]
+            for k in path:
+                v = v[k]
+            args.append(np.ascontiguousarray(v, dtype=np.float64) if rank else np.float64(v))
+        for name, dims in spec.get("temporaries", []):
+            shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
+            args.append(np.empty(shape, dtype=np.float64))
+        state = args[len(spec["sizes"]) + [n for n, _, _ in spec["inputs"]].index(self.state)]
+        return self.fn(np.int64(t0), np.int64(t1), state, *args)
+
+
+def t_name(sp: Split):
+    return None if sp.t_size is None else sp.t_size.name
+
+
+def _rank(t) -> int:
+    r = 0
+    while isinstance(t, TensorT):
+        r, t = r + 1, t.elem
+    return r
+
+
+def precision_of(vals: dict) -> str:
+    """'float32' when every array-like value is float32 (as ``api.precision``)."""
+    kinds = []
+    stack = list(vals.values())
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif not isinstance(v, (bool, int, float)):
+            kinds.append(np.asarray(v).dtype)
+    return "float32" if kinds and all(k == np.float32 for k in kinds) else "float64"
 
 
 class LoopKernel:
