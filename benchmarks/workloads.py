@@ -477,7 +477,7 @@ WORKLOADS: tuple = (
     ),
 )
 
-from .heat import _make_workload as _heat; WORKLOADS += (_heat(),)  # issue #17: tl.loop heat equation
+from .heat import workload_fields as _heat; WORKLOADS += (Workload(**_heat()),)  # issue #17: tl.loop heat equation
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 

@@ -71,6 +71,8 @@ def normalize_checkpoint(ck):
         return int(ck)
     if ck == "binomial":
         return ("binomial", None)
+    if isinstance(ck, tuple) and len(ck) == 2 and ck[0] == "binomial" and ck[1] is None:
+        return ck
     if isinstance(ck, tuple) and len(ck) == 2 and ck[0] == "binomial" and isinstance(ck[1], int) and not isinstance(ck[1], bool):
         if ck[1] < 1:
             raise TensorLangError(f"binomial checkpointing needs a snapshot budget >= 1, got {ck[1]}")

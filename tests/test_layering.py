@@ -47,7 +47,7 @@ LAYERS = {
     "tensorlang.cost_symbolic": 3, "tensorlang.cost_preds": 3, "tensorlang.cost_fig6": 3,
     "tensorlang.backend": 3,
     "tensorlang.autodiff": 4, "tensorlang.loop_autodiff": 4,
-    "tensorlang.runtime": 5, "tensorlang.audit": 5, "tensorlang.cli": 5,
+    "tensorlang.runtime": 5, "tensorlang.audit": 5, "tensorlang.loop_audit": 5, "tensorlang.cli": 5,
     "tensorlang.dask": 5, "tensorlang.interop": 5,
     "proofs": 6, "benchmarks": 6,
 }

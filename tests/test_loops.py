@@ -249,3 +249,18 @@ def test_numba_driver_runs_the_steps_and_matches_per_step_calls():
     kw32 = {k_: (np.float32(v) if np.ndim(v) == 0 else v.astype(np.float32)) for k_, v in kw.items()}
     k2 = tl.compile(L)
     assert k2(**kw32).dtype == np.float32
+
+
+def test_audit_certifies_every_policy():
+    from tensorlang.loop_audit import audit_loop
+
+    _, loss = loss_of(3)
+    rep = audit_loop(loss, wrt=["u0", "a"], sizes={"n": 20, "T": 16})
+    names = [r.name for r in rep.rows]
+    assert names[0] == "loop program" and "body: simplified adjoint" in names
+    loops = {r.name: r for r in rep.rows if r.name.startswith("loop adjoint")}
+    assert set(loops) == {"loop adjoint, checkpoint every 3", "loop adjoint, checkpoint all",
+                          "loop adjoint, checkpoint every 4", "loop adjoint, checkpoint binomial, s = 4"}
+    assert "stored states 16," in loops["loop adjoint, checkpoint all"].reason
+    assert loops["loop adjoint, checkpoint all"].cost < loops["loop adjoint, checkpoint every 3"].cost
+    assert rep.exit_code == 0 and all(v.holds for v in rep.verdicts if v.name.startswith("loop adjoint"))
