@@ -104,6 +104,15 @@ class _Reverse:
         self.body_vjp = vjp_part(sp.body, [sp.state] + xs, self.dstate)
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
 
+    def _reverse_driver(self):
+        if not hasattr(self, "_rdrv"):
+            from .backend.loop_kernel import ReverseDriver
+
+            part, wrt = self.body_vjp
+            ok = part not in (None, "identity") and wrt[0] is self.lp.sp.state
+            self._rdrv = ReverseDriver.build(part, self.lp.sp, wrt, self.dstate) if ok else None
+        return self._rdrv
+
     @staticmethod
     def _run(part_wrt, values, sizes, cot_name, cot):
         part, wrt = part_wrt
@@ -133,15 +142,48 @@ class _Reverse:
         if T == 0:
             sT = s0
         else:
-            slots: dict = {}
+            sch = schedule(policy, T)
+            acts = sch.actions
+            # float64 tensor states live in one preallocated checkpoint buffer,
+            # and runs of steps go to the Numba drivers (backend/loop_kernel.py)
+            fast = isinstance(s0, np.ndarray) and s0.dtype == np.float64 and s0.ndim > 0
+            slots = np.empty((sch.slots,) + s0.shape) if fast else {}
+            fwd = lp.driver() if fast else None
+            rdrv = self._reverse_driver() if fast else None
             cur = s0
             sT = None
-            for a in schedule(policy, T).actions:
+            i = 0
+            while i < len(acts):
+                a = acts[i]
                 op = a[0]
+                if op == "store" and fwd is not None:
+                    m = _run_length(acts, i, lambda q: (("store", a[1] + q, a[2] + q), ("advance", a[2] + q, a[2] + q + 1)))
+                    if m >= 2:
+                        values[sp.state.name] = cur
+                        got = fwd.run(values, sizes, a[2], a[2] + m, slots, a[1])
+                        if got is not None:
+                            cur = got
+                            i += 2 * m
+                            continue
+                if op == "restore" and rdrv is not None and ds is not None:
+                    m = _run_length(acts, i, lambda q: (("restore",) + acts[i + 2 * q][1:], ("reverse", acts[i + 2 * q][2])))
+                    if m >= 2:
+                        ts = [acts[i + 2 * q + 1][1] for q in range(m)]
+                        sl = [acts[i + 2 * q][1] for q in range(m)]
+                        # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
+                        xs_ = rdrv_xs(self)
+                        zs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
+                        got = rdrv.run(values, sizes, ts, sl, slots, ds, zs)
+                        if got is not None:
+                            ds = got[0]
+                            acc.update(zip((x.name for x in xs_), got[1]))
+                            i += 2 * m
+                            continue
+                i += 1
                 if op == "advance":
                     cur = lp.advance(values, sizes, cur, a[1], a[2])
                 elif op == "store":
-                    slots[a[1]] = cur  # kernels return fresh arrays: no copy needed
+                    slots[a[1]] = cur  # a copy into the buffer, or (dict) the kernel's fresh array
                 elif op == "restore":
                     cur = slots[a[1]]
                 elif op == "final":
@@ -211,6 +253,25 @@ def _program(expr, stage, mode):
     from .backend.api import compile as tl_compile
 
     return LoopProgram(expr, stage, mode, tl_compile)
+
+
+def rdrv_xs(rev: _Reverse) -> list:
+    """The inputs whose cotangents the body's adjoint returns after the state's."""
+    return rev.body_vjp[1][1:]
+
+
+def _run_length(acts: list, i: int, pattern) -> int:
+    """How many consecutive action pairs from ``i`` equal ``pattern(q)``, q = 0, 1, …"""
+    m = 0
+    while i + 2 * m + 1 < len(acts):
+        try:
+            want = pattern(m)
+        except (IndexError, TypeError):
+            break
+        if acts[i + 2 * m] != want[0] or acts[i + 2 * m + 1] != want[1]:
+            break
+        m += 1
+    return m
 
 
 def _wrt(wrt):

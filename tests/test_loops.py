@@ -118,6 +118,15 @@ def test_every_checkpoint_policy_gives_identical_gradients(steps):
     for g in grads[1:]:
         for x, y in zip(grads[0], g):
             np.testing.assert_array_equal(x, y)  # same operations on the same states: bit-identical
+    # ... and the same as the per-step validated calls (no Numba drivers)
+    _, loss = loss_of(3)
+    g = tl.grad(loss, wrt=[u0, a, f])
+    g(**kw)
+    assert g.loop_program._rdrv is not None
+    g.loop_program._rdrv = None
+    g.loop_program.lp._driver = None
+    for x, y in zip(grads[0], g(**kw)):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_dot_product_test_through_the_loop():

@@ -57,7 +57,7 @@ class LoopProgram:
         from .. import bounds
 
         check_program(expr)
-        bounds.check_program(expr)
+        self.constraints = bounds.check_program(expr)
         self.expr = expr
         self.mode = mode
         self.compile_fn = compile_fn
@@ -67,9 +67,11 @@ class LoopProgram:
         self.post = Part(self.sp.post, mode, compile_fn)
 
     def sizes(self, inputs: dict) -> dict:
+        from .. import bounds
         from ..evaluator import prepare_inputs
 
         _, sizes, _, _ = prepare_inputs(self.expr, inputs, exact=False)
+        bounds.check_sizes(self.constraints, sizes)  # every access of every step is in range
         return sizes
 
     def steps(self, sizes) -> int:
@@ -113,6 +115,11 @@ class LoopProgram:
     __call__ = forward
 
 
+# drivers by (kind, body kernel's cache key, driver source): one Numba
+# compilation per body kernel and process, however many programs share it
+_JITTED: dict = {}
+
+
 class Driver:
     """A Numba ``for t in range(t0, t1)`` loop around a body kernel (module doc)."""
 
@@ -144,30 +151,125 @@ class Driver:
         src = (f"def drive(t0, t1, s, {', '.join(args)}):\n"
                f"    for t in range(t0, t1):\n"
                f"        s = body({', '.join(call)})[0]\n"
+               f"    return s\n"
+               # the same, storing s_t in buf[slot0 + t - t0] before each step (the "all" sweep)
+               f"def drive_store(t0, t1, s, buf, slot0, {', '.join(args)}):\n"
+               f"    for t in range(t0, t1):\n"
+               f"        buf[slot0 + t - t0] = s\n"
+               f"        s = body({', '.join(call)})[0]\n"
                f"    return s\n")
-        ns = {"body": var.module.kernel_serial}
-        exec(compile(src, "<tensorlang loop driver>", "exec"), ns)
-        return cls(numba.njit(nogil=True)(ns["drive"]), spec, sp.state.name, t_name(sp))
+        key = ("forward", var.key, src)
+        fns = _JITTED.get(key)
+        if fns is None:
+            ns = {"body": var.module.kernel_serial}
+            exec(compile(src, "<tensorlang loop driver>", "exec"), ns)
+            fns = _JITTED[key] = (numba.njit(nogil=True)(ns["drive"]), numba.njit(nogil=True)(ns["drive_store"]))
+        out = cls(fns[0], spec, sp.state.name, t_name(sp))
+        out.fn_store = fns[1]
+        return out
 
-    def run(self, values: dict, sizes: dict, t0: int, t1: int):
-        """``s_t1`` from ``values[state] = s_t0``, or None where the driver does not apply."""
-        spec = self.spec
-        if spec.get("needs_positive_sizes") and any(sizes.get(n, 1) < 1 for n in spec["sizes"] if n != self.t_size):
+    def run(self, values: dict, sizes: dict, t0: int, t1: int, buf=None, slot0: int = 0):
+        """``s_t1`` from ``values[state] = s_t0``, or None where the driver does not apply;
+        with ``buf``, ``s_t`` is also stored in ``buf[slot0 + t - t0]``."""
+        args = kernel_args(self.spec, values, sizes, self.t_size)
+        if args is None:
             return None
-        vals = {k: values[k] for k, _, _ in spec["inputs"]}
-        if precision_of(vals) != "float64":
-            return None
-        args = [np.int64(0 if n == self.t_size else sizes[n]) for n in spec["sizes"]]
-        for name, path, rank in spec["inputs"]:
-            v = vals[name]
-            for k in path:
-                v = v[k]
-            args.append(np.ascontiguousarray(v, dtype=np.float64) if rank else np.float64(v))
-        for name, dims in spec.get("temporaries", []):
-            shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
-            args.append(np.empty(shape, dtype=np.float64))
-        state = args[len(spec["sizes"]) + [n for n, _, _ in spec["inputs"]].index(self.state)]
+        state = args[len(self.spec["sizes"]) + [n for n, _, _ in self.spec["inputs"]].index(self.state)]
+        if buf is not None:
+            return self.fn_store(np.int64(t0), np.int64(t1), state, buf, np.int64(slot0), *args)
         return self.fn(np.int64(t0), np.int64(t1), state, *args)
+
+
+def kernel_args(spec, values: dict, sizes: dict, t_size):
+    """The float64 kernel's arguments (``api.Kernel._run``'s order), or None
+    where a driver does not apply (float32, sizes a proof needs positive)."""
+    if spec.get("needs_positive_sizes") and any(sizes.get(n, 1) < 1 for n in spec["sizes"] if n != t_size):
+        return None
+    vals = {k: values[k] for k, _, _ in spec["inputs"]}
+    if precision_of(vals) != "float64":
+        return None
+    args = [np.int64(0 if n == t_size else sizes[n]) for n in spec["sizes"]]
+    for name, path, rank in spec["inputs"]:
+        v = vals[name]
+        for k in path:
+            v = v[k]
+        args.append(np.ascontiguousarray(v, dtype=np.float64) if rank else np.float64(v))
+    for name, dims in spec.get("temporaries", []):
+        shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
+        args.append(np.empty(shape, dtype=np.float64))
+    return args
+
+
+class ReverseDriver:
+    """A Numba loop over reverse steps: for each ``(t, slot)``, the body's
+    adjoint kernel at the state ``buf[slot]`` and the cotangent ``ds``; the
+    state's cotangent is carried, the inputs' cotangents accumulate."""
+
+    def __init__(self, fn, spec, names):
+        self.fn, self.spec, self.names = fn, spec, names
+
+    @classmethod
+    def build(cls, part: Part, sp: Split, wrt: list, dstate: str):
+        """``wrt``: the adjoint's inputs in output order, the state first."""
+        import numba
+
+        k = part.fn
+        if not hasattr(k, "variant") or k.python or not isinstance(sp.state.type, TensorT):
+            return None
+        var = k.variant("float64")
+        spec = var.spec
+        leaves = [(a, tuple(b), c) for a, b, c in spec["inputs"]]
+        if spec["relations"] or spec.get("dense_relations"):
+            return None
+        # outputs: (E_state, (E_x1, ...)) with every E one leaf
+        outs, tree = [], spec["outputs"]
+        for j in range(len(wrt)):
+            node = tree if j == len(wrt) - 1 else tree[1]
+            if node[0] != "leaf":
+                return None
+            outs.append(node[1])
+            if j < len(wrt) - 1:
+                tree = tree[2]
+        names = [n for n, _, _ in leaves]
+        for n in (sp.state.name, dstate):
+            if names.count(n) != 1 or leaves[names.index(n)][1] != ():
+                return None
+        args = [f"z{q}" for q in range(len(spec["sizes"]) + len(leaves) + len(spec.get("temporaries", [])))]
+        call = list(args)
+        for q, name in enumerate(spec["sizes"]):
+            if t_name(sp) == name:
+                call[q] = "t"
+        call[len(spec["sizes"]) + names.index(sp.state.name)] = "buf[slots[q]]"
+        call[len(spec["sizes"]) + names.index(dstate)] = "ds"
+        accs = [f"a{j}" for j in range(1, len(wrt))]
+        lines = [f"def rev(ts, slots, buf, ds, {''.join(a + ', ' for a in accs)}{', '.join(args)}):",
+                 "    for q in range(ts.shape[0]):",
+                 "        t = ts[q]",
+                 f"        res = body({', '.join(call)})"]
+        for j, a in enumerate(accs, start=1):
+            lines.append(f"        {a} = {a} + res[{outs[j]}]")
+        lines.append(f"        ds = res[{outs[0]}]")
+        lines.append("    return (ds," + "".join(" " + a + "," for a in accs) + ")")
+        src = "\n".join(lines) + "\n"
+        key = ("reverse", var.key, src)
+        fn = _JITTED.get(key)
+        if fn is None:
+            ns = {"body": var.module.kernel_serial}
+            exec(compile(src, "<tensorlang loop reverse driver>", "exec"), ns)
+            fn = _JITTED[key] = numba.njit(nogil=True)(ns["rev"])
+        return cls(fn, spec, (sp.state.name, dstate, t_name(sp)))
+
+    def run(self, values: dict, sizes: dict, ts, slots, buf, ds, accs):
+        """(ds, accs) after the reverse steps ``ts`` (states ``buf[slots]``), or None."""
+        state, dstate, t_size = self.names
+        vals = {**values, state: buf[0], dstate: ds}
+        args = kernel_args(self.spec, vals, sizes, t_size)
+        if args is None or any(not isinstance(a, (float, np.ndarray)) for a in accs):
+            return None
+        accs = [a.copy() if isinstance(a, np.ndarray) else np.float64(a) for a in accs]
+        got = self.fn(np.asarray(ts, np.int64), np.asarray(slots, np.int64), buf,
+                      np.ascontiguousarray(ds, dtype=np.float64), *accs, *args)
+        return got[0], [float(a) if np.ndim(a) == 0 else a for a in got[1:]]
 
 
 def t_name(sp: Split):
