@@ -115,9 +115,27 @@ class LoopProgram:
     __call__ = forward
 
 
-# drivers by (kind, body kernel's cache key, driver source): one Numba
-# compilation per body kernel and process, however many programs share it
-_JITTED: dict = {}
+def _jit(var, name: str, src: str):
+    """The driver ``name`` defined by ``src`` (calling ``body``), compiled in one
+    module with the body kernel's own source and kept in the kernel cache
+    (Numba's on-disk cache then holds its machine code: later processes load
+    it instead of compiling).  A float64 variant without a cache key (the
+    plain-Python test kernels) gets no driver."""
+    import hashlib
+
+    from . import cache as _cache
+
+    if var.key is None:
+        return None
+    key = hashlib.sha256(f"{var.key}|loop-driver|{src}".encode()).hexdigest()[:40]
+    got = _cache.load(key)
+    if got is None:
+        text = (var.source + "\n\n# -- loop driver (tensorlang.backend.loop_kernel) --\nbody = kernel_serial\n\n"
+                "@numba.njit(**_OPTS)\n" + src)
+        mod = _cache.store(key, text, var.spec)
+    else:
+        mod = got[0]
+    return getattr(mod, name)
 
 
 class Driver:
@@ -138,8 +156,6 @@ class Driver:
                 or (sp.state.name, (), _rank(sp.state.type)) not in [(a, tuple(b), c) for a, b, c in leaves]
                 or any(a == sp.state.name and tuple(b) != () for a, b, _ in leaves)):
             return None
-        import numba
-
         args = [f"z{k}" for k in range(len(spec["sizes"]) + len(leaves) + len(spec.get("temporaries", [])))]
         call = list(args)
         for k, name in enumerate(spec["sizes"]):
@@ -148,25 +164,16 @@ class Driver:
         for k, (name, _, _) in enumerate(leaves):
             if name == sp.state.name:
                 call[len(spec["sizes"]) + k] = "s"
-        src = (f"def drive(t0, t1, s, {', '.join(args)}):\n"
+        # one function for both sweeps (one Numba compilation): with store,
+        # s_t goes to buf[slot0 + t - t0] before each step (the "all" sweep)
+        src = (f"def drive(t0, t1, s, store, buf, slot0, {', '.join(args)}):\n"
                f"    for t in range(t0, t1):\n"
-               f"        s = body({', '.join(call)})[0]\n"
-               f"    return s\n"
-               # the same, storing s_t in buf[slot0 + t - t0] before each step (the "all" sweep)
-               f"def drive_store(t0, t1, s, buf, slot0, {', '.join(args)}):\n"
-               f"    for t in range(t0, t1):\n"
-               f"        buf[slot0 + t - t0] = s\n"
+               f"        if store:\n"
+               f"            buf[slot0 + t - t0] = s\n"
                f"        s = body({', '.join(call)})[0]\n"
                f"    return s\n")
-        key = ("forward", var.key, src)
-        fns = _JITTED.get(key)
-        if fns is None:
-            ns = {"body": var.module.kernel_serial}
-            exec(compile(src, "<tensorlang loop driver>", "exec"), ns)
-            fns = _JITTED[key] = (numba.njit(nogil=True)(ns["drive"]), numba.njit(nogil=True)(ns["drive_store"]))
-        out = cls(fns[0], spec, sp.state.name, t_name(sp))
-        out.fn_store = fns[1]
-        return out
+        fn = _jit(var, "drive", src)
+        return None if fn is None else cls(fn, spec, sp.state.name, t_name(sp))
 
     def run(self, values: dict, sizes: dict, t0: int, t1: int, buf=None, slot0: int = 0):
         """``s_t1`` from ``values[state] = s_t0``, or None where the driver does not apply;
@@ -175,9 +182,10 @@ class Driver:
         if args is None:
             return None
         state = args[len(self.spec["sizes"]) + [n for n, _, _ in self.spec["inputs"]].index(self.state)]
-        if buf is not None:
-            return self.fn_store(np.int64(t0), np.int64(t1), state, buf, np.int64(slot0), *args)
-        return self.fn(np.int64(t0), np.int64(t1), state, *args)
+        store = buf is not None
+        if not store:
+            buf = np.empty((1,) + state.shape)  # not written (the same compiled signature)
+        return self.fn(np.int64(t0), np.int64(t1), state, store, buf, np.int64(slot0), *args)
 
 
 def kernel_args(spec, values: dict, sizes: dict, t_size):
@@ -211,8 +219,6 @@ class ReverseDriver:
     @classmethod
     def build(cls, part: Part, sp: Split, wrt: list, dstate: str):
         """``wrt``: the adjoint's inputs in output order, the state first."""
-        import numba
-
         k = part.fn
         if not hasattr(k, "variant") or k.python or not isinstance(sp.state.type, TensorT):
             return None
@@ -250,14 +256,8 @@ class ReverseDriver:
             lines.append(f"        {a} = {a} + res[{outs[j]}]")
         lines.append(f"        ds = res[{outs[0]}]")
         lines.append("    return (ds," + "".join(" " + a + "," for a in accs) + ")")
-        src = "\n".join(lines) + "\n"
-        key = ("reverse", var.key, src)
-        fn = _JITTED.get(key)
-        if fn is None:
-            ns = {"body": var.module.kernel_serial}
-            exec(compile(src, "<tensorlang loop reverse driver>", "exec"), ns)
-            fn = _JITTED[key] = numba.njit(nogil=True)(ns["rev"])
-        return cls(fn, spec, (sp.state.name, dstate, t_name(sp)))
+        fn = _jit(var, "rev", "\n".join(lines) + "\n")
+        return None if fn is None else cls(fn, spec, (sp.state.name, dstate, t_name(sp)))
 
     def run(self, values: dict, sizes: dict, ts, slots, buf, ds, accs):
         """(ds, accs) after the reverse steps ``ts`` (states ``buf[slots]``), or None."""
