@@ -24,7 +24,7 @@ import math
 from .errors import TensorLangError
 from .ir import input_vars, size_vars
 from .loop_autodiff import adjoint_cost
-from .loops import binomial_budget, normalize_checkpoint, repetitions, schedule, split
+from .loops import binomial_budget, normalize_checkpoint, repetitions, schedule, split, t_value
 
 DEFAULT_SIZE = 100
 
@@ -47,7 +47,7 @@ def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels:
     body_wrt = [sp.state.name] + [v.name for v in wrt_vars if v.name in body_in]
     body_sizes = {k: v for k, v in sizes.items() if k in {s.name for s in size_vars(sp.body)}}
     if sp.t_size is not None:
-        body_sizes[sp.t_size.name] = 0
+        body_sizes[sp.t_size.name] = t_value(0)
     body = A.audit(sp.body, wrt=body_wrt, sizes=body_sizes, entry=entry + " (loop body)", show_kernels=show_kernels)
     report = A.AuditReport(pretty(expr), entry, [v.name for v in wrt_vars], {k: sizes[k] for k in known})
     primal = A.StageRow("loop program", expr=expr, cost=A.cost_at(expr, sizes), symbolic=A.symbolic_cost_of(expr))

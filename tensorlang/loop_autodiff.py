@@ -30,7 +30,7 @@ import numpy as np
 from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Var, input_vars, size_vars
 from .backend.loop_kernel import LoopProgram, Part as _Part
-from .loops import binomial_budget, schedule, split
+from .loops import binomial_budget, schedule, split, t_value
 from .typecheck import check_program, type_of
 
 
@@ -101,7 +101,7 @@ class _Reverse:
             return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
 
         self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
-        self.body_vjp = vjp_part(sp.body, [sp.state] + xs, self.dstate)
+        self.body_vjp = vjp_part(sp.body, [sp.state] + xs, self.dstate) if lp.body is not None else (None, [])
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
 
     def _reverse_driver(self):
@@ -198,7 +198,7 @@ class _Reverse:
                 else:  # reverse step t at state cur
                     t = a[1]
                     values[sp.state.name] = cur
-                    sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t}
+                    sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
                     got = self._run(self.body_vjp, values, sz, self.dstate, ds)
                     nds = got.pop(sp.state.name, None)
                     add(got)
@@ -364,7 +364,7 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
         return _Part(derivative(prog, wrt_), mode, lp.compile_fn)
 
     dpre = dpart(sp.pre, xs)
-    dbody = dpart(sp.body, [sp.state] + xs)
+    dbody = dpart(sp.body, [sp.state] + xs) if lp.body is not None else None
     dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
         if n in {v.name for v in input_vars(expr)}:
@@ -388,7 +388,7 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
         ds = run(dpre, sp.pre, values, sizes, sp.state.type)
         for t in range(lp.steps(sizes)):
             values[dstate] = ds
-            sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t}
+            sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
             values[sp.state.name] = s
             ds = run(dbody, sp.body, values, sz, sp.state.type)
             s = lp._step(lp.body, values, sizes, s, t)
@@ -426,7 +426,7 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
             return 0
         return c(adjoint(prog, wrt_, cotangent="_loop_cot"))
 
-    tsz = {sp.t_size.name: 0} if sp.t_size is not None else {}
+    tsz = {sp.t_size.name: t_value(0)} if sp.t_size is not None else {}
     body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + xs)
     primal = c(sp.pre) + T * body + c(sp.post)
     sch = schedule(policy, T) if T else None

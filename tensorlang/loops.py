@@ -137,7 +137,9 @@ class Split:
 
     ``pre`` computes the initial state from the inputs; ``body`` is one step
     as a program of the inputs, the state input ``state`` and (when the body
-    uses ``t``) the size ``t_size``; ``post`` maps the inputs and the final
+    uses ``t``) the size ``t_size`` standing for ``t + 1`` (sizes are >= 1
+    in the passes' and the cost model's reasoning, and ``t`` may be 0: see
+    :func:`t_value`); ``post`` maps the inputs and the final
     state input ``final`` to the program's value."""
 
     loop: Loop
@@ -194,9 +196,17 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
     t_size = None
     if lp.ivar in free_indices(body):
         t_size = SizeVar(_fresh_name(taken, "loop_t"))
-        body = subst(body, idx={lp.ivar: sym_aff(t_size)})
+        body = subst(body, idx={lp.ivar: sym_aff(t_size) - 1})
     post = _replace(expr, lp, final)
     return Split(lp, lp.extent, lp.init, body, state, t_size, post, final)
+
+
+def t_value(t: int) -> int:
+    """The value of ``Split.t_size`` at step ``t``: ``t + 1``, never 0 (a
+    size of 0 would break the simplifier's and the cost model's ``>= 1``
+    assumption: with ``t`` itself as the size, ``[a == t]`` at ``a in [0, 1)``
+    was simplified to false and the step-0 cotangent of ``forcing[t]`` lost)."""
+    return t + 1
 
 
 def _replace(e, old, new):

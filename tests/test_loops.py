@@ -139,6 +139,19 @@ def test_dot_product_test_through_the_loop():
     assert float(jv @ w) == pytest.approx(float(v_u @ gu + v_a * ga), rel=1e-12)
 
 
+def test_step_zero_cotangent_of_a_t_indexed_input():
+    # regression: t entered the body program as a size, and the simplifier's
+    # sizes >= 1 turned [a == t] into false at t = 0 (the forcing's step-0
+    # cotangent was lost); t is now passed as t + 1
+    L = tl.loop(1, u0, lambda t, u: tl.gen(n, lambda i: u[i] * a + f[t, i]))
+    loss = tl.sum(n, lambda i: L[i] * L[i])
+    kw = data(steps=1)
+    gf = tl.grad(loss, wrt=f)(**kw)
+    for idx in [(0, 0), (0, 3)]:
+        assert gf[idx] == pytest.approx(_fd(loss, kw, "f", idx), rel=1e-6)
+        assert gf[idx] != 0.0
+
+
 def test_pair_state_and_loop_with_t_unused():
     x, y = tl.scalar("x"), tl.scalar("y")
     L = tl.loop(5, tl.pair(x, y), lambda t, s: tl.pair(tl.proj(s, 1), tl.proj(s, 0) * 0.5 + tl.sin(tl.proj(s, 1))),
@@ -273,3 +286,79 @@ def test_audit_certifies_every_policy():
     assert "stored states 16," in loops["loop adjoint, checkpoint all"].reason
     assert loops["loop adjoint, checkpoint all"].cost < loops["loop adjoint, checkpoint every 3"].cost
     assert rep.exit_code == 0 and all(v.holds for v in rep.verdicts if v.name.startswith("loop adjoint"))
+
+
+# -- random loop programs against their unrolled form (three oracles) -----------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_FNS = {"sin": tl.sin, "tanh": tl.tanh, "relu": tl.relu, "id": lambda x: x}
+_NP = {"sin": np.sin, "tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0), "id": lambda x: x}
+
+
+@st.composite
+def loop_programs(draw):
+    c = [draw(st.sampled_from([-0.5, -0.25, 0.0, 0.25, 0.5, 1.0])) for _ in range(3)]
+    fn = draw(st.sampled_from(sorted(_FNS)))
+    forcing = draw(st.booleans())
+    steps = draw(st.integers(0, 5))
+    policy = draw(st.sampled_from(["all", 1, 2, 3, ("binomial", 1), ("binomial", 2), "binomial"]))
+    return c, fn, forcing, steps, policy
+
+
+def _build(c, fn, forcing, steps, policy):
+    n = tl.size("n")
+    x, z, w, fo = tl.tensor("x", n), tl.tensor("z", n), tl.scalar("w"), tl.tensor("fo", steps, n)
+
+    def body(t, u):
+        return tl.gen(n, lambda i: c[0] * u[i] + c[1] * tl.iverson(i >= 1, u[i - 1])
+                      + c[2] * tl.iverson(i + 1 <= n - 1, u[i + 1]) + w * _FNS[fn](u[i])
+                      + (fo[t, i] if forcing else 0.0))
+
+    def unrolled(t, u):
+        return u if t == steps else tl.let(body(t, u), lambda v: unrolled(t + 1, v))
+
+    loss = lambda s: tl.sum(n, lambda i: (s[i] - z[i]) * (s[i] - z[i]))  # noqa: E731
+    looped = loss(tl.loop(steps, x, body, checkpoint=policy))
+    flat = tl.let(unrolled(0, x), loss) if steps else loss(x)
+    return looped, flat, [x, w] + ([fo] if forcing else [])
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(loop_programs())
+def test_random_loops_agree_with_their_unrolled_form(prog):
+    from tensorlang.backend import api
+
+    c, fn, forcing, steps, policy = prog
+    looped, flat, wrt = _build(c, fn, forcing, steps, policy)
+    r = np.random.RandomState(steps)
+    kw = dict(x=r.randn(5), z=r.randn(5), w=0.3, fo=0.1 * r.randn(steps, 5))
+    names = {v.name for v in tl.ir.input_vars(looped)}
+    kw = {k: v for k, v in kw.items() if k in names}
+    wrt = [v for v in wrt if v.name in names]
+    flat_names = {v.name for v in tl.ir.input_vars(flat)}  # T = 0: the body's inputs are unused
+    kw_flat = {k: v for k, v in kw.items() if k in flat_names}
+    # semantics: the loop is its unrolled form
+    want = tl.evaluate(flat, **kw_flat)
+    assert tl.evaluate(looped, **kw) == pytest.approx(want, rel=1e-12, abs=1e-12)
+    # cost: T times the body, exactly the unrolled program's count
+    assert tl.cost(looped, n=5) == tl.cost(flat, n=5)
+    # the loop's kernels as plain Python (the same generated source, no Numba
+    # compilation per random program; the Numba drivers are tested above)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(api, "compile", api.python_kernel)
+        from tensorlang.backend.loop_kernel import LoopKernel
+
+        assert LoopKernel(looped, "sparse", None, api.python_kernel)(**kw) == pytest.approx(want, rel=1e-12, abs=1e-12)
+        got = tl.grad(looped, wrt=wrt)(**kw)
+    # derivatives: directional derivatives of the unrolled program (central
+    # differences of the reference evaluator; its adjoint takes minutes to build)
+    got = (got,) if len(wrt) == 1 else got
+    for _ in range(2):
+        dirs = {v.name: r.randn(*np.shape(kw[v.name])) for v in wrt}
+        h = 1e-6
+        hi = {**kw, **{k: kw[k] + h * d for k, d in dirs.items()}}
+        lo = {**kw, **{k: kw[k] - h * d for k, d in dirs.items()}}
+        fd = (tl.evaluate(flat, **{k: hi[k] for k in kw_flat}) - tl.evaluate(flat, **{k: lo[k] for k in kw_flat})) / (2 * h)
+        dot = sum(float(np.sum(g * dirs[v.name])) for g, v in zip(got, wrt))
+        assert dot == pytest.approx(fd, rel=1e-5, abs=1e-7)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorT, Var, input_vars, size_vars
-from ..loops import Split, split
+from ..loops import Split, split, t_value
 from ..typecheck import check_program
 
 
@@ -63,7 +63,10 @@ class LoopProgram:
         self.compile_fn = compile_fn
         self.sp: Split = split(expr, stage)
         self.pre = Part(self.sp.pre, mode, compile_fn)
-        self.body = Part(self.sp.body, mode, compile_fn)
+        # T = 0 (a constant): the body never runs, and may not even compile
+        # (``forcing[t]`` with ``forcing : [0]…`` reads out of range at every t)
+        never = self.sp.steps.is_const and self.sp.steps.const == 0
+        self.body = None if never else Part(self.sp.body, mode, compile_fn)
         self.post = Part(self.sp.post, mode, compile_fn)
 
     def sizes(self, inputs: dict) -> dict:
@@ -80,7 +83,7 @@ class LoopProgram:
     def _step(self, part, values, sizes, state, t):
         values[self.sp.state.name] = state
         if self.sp.t_size is not None:
-            sizes = {**sizes, self.sp.t_size.name: t}
+            sizes = {**sizes, self.sp.t_size.name: t_value(t)}
         return part(values, sizes)
 
     def advance(self, values: dict, sizes: dict, s, t0: int, t1: int):
@@ -160,7 +163,7 @@ class Driver:
         call = list(args)
         for k, name in enumerate(spec["sizes"]):
             if t_name(sp) == name:
-                call[k] = "t"
+                call[k] = "t + 1"  # loops.t_value
         for k, (name, _, _) in enumerate(leaves):
             if name == sp.state.name:
                 call[len(spec["sizes"]) + k] = "s"
@@ -196,7 +199,7 @@ def kernel_args(spec, values: dict, sizes: dict, t_size):
     vals = {k: values[k] for k, _, _ in spec["inputs"]}
     if precision_of(vals) != "float64":
         return None
-    args = [np.int64(0 if n == t_size else sizes[n]) for n in spec["sizes"]]
+    args = [np.int64(1 if n == t_size else sizes[n]) for n in spec["sizes"]]  # t_size: set per step
     for name, path, rank in spec["inputs"]:
         v = vals[name]
         for k in path:
@@ -244,7 +247,7 @@ class ReverseDriver:
         call = list(args)
         for q, name in enumerate(spec["sizes"]):
             if t_name(sp) == name:
-                call[q] = "t"
+                call[q] = "t + 1"  # loops.t_value
         call[len(spec["sizes"]) + names.index(sp.state.name)] = "buf[slots[q]]"
         call[len(spec["sizes"]) + names.index(dstate)] = "ds"
         accs = [f"a{j}" for j in range(1, len(wrt))]
