@@ -148,6 +148,9 @@ class _Reverse:
             # and runs of steps go to the Numba drivers (backend/loop_kernel.py)
             fast = isinstance(s0, np.ndarray) and s0.dtype == np.float64 and s0.ndim > 0
             slots = np.empty((sch.slots,) + s0.shape) if fast else {}
+            from .backend import loop_kernel
+
+            fast = fast and T >= loop_kernel.DRIVER_MIN_STEPS
             fwd = lp.driver() if fast else None
             rdrv = self._reverse_driver() if fast else None
             cur = s0

@@ -25,6 +25,12 @@ from ..loops import Split, split, t_value
 from ..typecheck import check_program
 
 
+# A driver is compiled (seconds, once per body kernel: then Numba's disk
+# cache) only for runs of at least this many steps; shorter runs are
+# cheaper as per-step validated calls.
+DRIVER_MIN_STEPS = 32
+
+
 class Part:
     """One loop-free program, run compiled on the values it names."""
 
@@ -93,7 +99,7 @@ class LoopProgram:
         s = self._step(self.body, values, sizes, s, t0)  # validated
         if t1 == t0 + 1:
             return s
-        drv = self.driver()
+        drv = self.driver() if t1 - t0 - 1 >= DRIVER_MIN_STEPS else None
         if drv is not None:
             values[self.sp.state.name] = s
             got = drv.run(values, sizes, t0 + 1, t1)
