@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError, TensorLangError, UnsupportedError
+from .errors import InputError, TensorLangError, UnsupportedError  # noqa: F401 (raised via _tzeros)
 from .ir import REAL, Var, input_vars, size_vars
 from .backend.loop_kernel import LoopProgram, Part as _Part
 from .loops import binomial_budget, schedule, split, t_value
@@ -447,5 +447,3 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
         out["note"] = "the body uses t: its cost is taken at t = 0 for every step"
     return out
 
-
-_ = UnsupportedError

@@ -169,14 +169,12 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
     loops = [x for x in walk(expr) if isinstance(x, Loop)]
     if not loops:
         raise TensorLangError(f"{stage}: the program has no loop")
-    outer = [lp for lp in loops if not any(lp is not o and lp in set(walk(o)) for o in loops)]
     if len(loops) > 1:
         raise UnsupportedError(
             f"{stage}: the program has {len(loops)} loops ({describe(loops[0])}, ...); "
             "only one loop per program is supported (nested or sequential loops are not yet)"
         )
     lp = loops[0]
-    del outer
     if free_indices(lp):
         names = ", ".join(sorted(repr(i) for i in free_indices(lp)))
         raise UnsupportedError(
