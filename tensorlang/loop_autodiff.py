@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError, TensorLangError, UnsupportedError  # noqa: F401 (raised via _tzeros)
+from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Var, input_vars, size_vars
 from .backend.loop_kernel import LoopProgram, Part as _Part
 from .loops import binomial_budget, schedule, split, t_value
