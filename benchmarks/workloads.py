@@ -477,6 +477,7 @@ WORKLOADS: tuple = (
     ),
 )
 
+from .heat import workload_fields as _heat; WORKLOADS += (Workload(**_heat()),)  # issue #17: tl.loop heat equation
 BY_NAME = {w.name: w for w in WORKLOADS}
 STANDALONE = {"sparse-tensors": "benchmarks.sparse_bench"}  # issue 16: scipy.sparse inputs, own runner (python -m benchmarks.sparse_bench)
 

@@ -41,6 +41,7 @@ from .api import (
     tensor_of,
     var,
 )
+from .loops import loop
 from .conditionals import Comparison, abs, ge, gt, le, lt, maximum, minimum, relu, softplus, where
 from .typecheck import type_of
 from .sparse import relation_data, sparse_tensor
@@ -83,6 +84,6 @@ __all__ = [
     "pair_type", "power", "proj", "register_function", "relation", "scalar", "sigmoid", "sin",
     "size", "sizes", "sqrt", "sum", "tanh", "tensor", "tensor_of", "var", "type_of", "evaluate",
     "pretty", "explicit_sharing", "relation_data", "sparse_tensor",
-    "Comparison", "abs", "ge", "gt", "le", "lt", "maximum", "minimum", "relu", "softplus", "where",
+    "loop", "Comparison", "abs", "ge", "gt", "le", "lt", "maximum", "minimum", "relu", "softplus", "where",
     *_LAZY,
 ]

@@ -27,6 +27,7 @@ import sympy
 from .errors import TensorLangError, UnsupportedError
 from .ir import Expr, PairT, RealT, TensorT, Type, input_vars, size_vars
 from .typecheck import check_program, type_of
+from .loops import has_loop
 from . import costmodel
 from .autodiff import adjoint, derivative
 from .backend.api import compile as tl_compile
@@ -322,6 +323,9 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     """
     from .sharing import explicit_sharing, pretty
 
+    if isinstance(expr, Expr) and has_loop(expr):  # issue #17: loop_audit (above this module) audits loops
+        raise UnsupportedError("audit: the program has a loop; use tensorlang.loop_audit.audit_loop "
+                               "(tensorlang audit on the command line does)")
     check_program(expr, "tensorlang audit")
     check_bounds(expr)
     wrt_vars = resolve_wrt(expr, [w if isinstance(w, str) else w.name for w in (wrt or [])])

@@ -23,6 +23,19 @@ from . import bounds
 from .errors import InputError, TensorLangError, UnsupportedError, describe
 from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
 from .typecheck import check_program, type_of
+from .loops import has_loop
+
+
+def _as_expr_or_none(e):
+    return e if isinstance(e, Expr) else Const(0)
+
+
+def _no_loop(expr, what: str) -> None:
+    if isinstance(expr, Expr) and has_loop(expr):
+        raise UnsupportedError(
+            f"{what} of a program with a loop is not built as one expression; use tl.jvp / tl.grad / tl.vjp "
+            "(they differentiate the loop's parts, loop_autodiff)"
+        )
 
 MODES = ("sparse", "naive")
 _DEBUG = os.environ.get("TENSORLANG_DEBUG", "") not in ("", "0")
@@ -68,6 +81,7 @@ def derivative(expr: Expr, wrt, *, simplify: bool = True) -> Expr:
     from .passes.simplify import simplify as simp
     from .passes.total_derivative import tangent_inputs, total_derivative
 
+    _no_loop(expr, "tl.derivative")
     check_program(expr)
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
@@ -99,6 +113,7 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     from .passes.simplify import simplify as simp
 
     _check_mode(mode)
+    _no_loop(expr, "tl.adjoint")
     check_program(expr)
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
@@ -248,6 +263,10 @@ def _grad_program(loss: Expr, xs, mode: str) -> Expr:
 @deep
 def grad(loss: Expr, wrt, *, mode: str = "sparse"):
     """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``)."""
+    if has_loop(_as_expr_or_none(loss)):  # issue #17: loops are differentiated per part
+        from . import loop_autodiff
+
+        return loop_autodiff.grad(loss, wrt, mode=mode)
     _check_mode(mode)
     check_program(loss)
     bounds.check_program(loss)
@@ -267,6 +286,10 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse"):
 @deep
 def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
     """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``."""
+    if has_loop(_as_expr_or_none(loss)):  # issue #17: loops are differentiated per part
+        from . import loop_autodiff
+
+        return loop_autodiff.value_and_grad(loss, wrt, mode=mode)
     _check_mode(mode)
     check_program(loss)
     bounds.check_program(loss)
@@ -288,6 +311,10 @@ def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
 @deep
 def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
     """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the output cotangent ``dy``."""
+    if has_loop(_as_expr_or_none(expr)):  # issue #17: loops are differentiated per part
+        from . import loop_autodiff
+
+        return loop_autodiff.vjp(expr, wrt, mode=mode, cotangent=cotangent)
     _check_mode(mode)
     check_program(expr)
     bounds.check_program(expr)
@@ -311,6 +338,10 @@ def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are named ``d<name>``."""
     from .passes.total_derivative import tangent_inputs
 
+    if has_loop(_as_expr_or_none(expr)):  # issue #17: loops are differentiated per part
+        from . import loop_autodiff
+
+        return loop_autodiff.jvp(expr, wrt, mode=mode)
     _check_mode(mode)
     check_program(expr)
     bounds.check_program(expr)

@@ -54,6 +54,7 @@ from .ir import (
     Gen,
     IndexVar,
     Iverson,
+    Loop,
     Or,
     PairT,
     Pred,
@@ -212,6 +213,10 @@ def _check(expr: Expr) -> tuple:
                 continue
             case Iverson(pred=p, body=b):
                 stack.append((b, binders, guards + (p,)))
+                continue
+            case Loop(extent=n, init=e0, ivar=i, body=b):  # issue #17: t ranges over [0, T)
+                stack.append((e0, binders, guards))
+                stack.append((b, binders + ((i, n),), guards))
                 continue
             case Access(arr=a, index=ix):
                 c = _check_access(e, a, ix, binders, guards, facts)

@@ -42,7 +42,11 @@ def audit(path, entry, wrt, sizes_text, fmt, as_json, show_kernels):
         sizes = A.parse_sizes(sizes_text)
         expr = A.load_program(path, entry)
         wrt_names = [w.strip() for w in wrt.split(",") if w.strip()] if wrt else None
-        report = A.audit(expr, wrt=wrt_names, sizes=sizes, entry=entry, show_kernels=show_kernels)
+        from .loops import has_loop
+        from .loop_audit import audit_loop
+
+        run = audit_loop if has_loop(expr) else A.audit  # issue #17: loops certified per checkpoint policy
+        report = run(expr, wrt=wrt_names, sizes=sizes, entry=entry, show_kernels=show_kernels)
     except TensorLangError as exc:
         click.echo(f"error: {_one_line(exc)}", err=True)
         sys.exit(2)

@@ -204,6 +204,15 @@ def cost_terms(expr: Expr, *, share: bool = True, context=((), TRUE)) -> dict:
     """
     if not isinstance(expr, Expr):
         raise TensorLangError(f"cost: expected an expression, got {expr!r}")
+    from .loops import has_loop, loop_cost_parts
+
+    if has_loop(expr):  # issue #17: cost(init) + Σ_{t<T} cost(body) + cost(post), each loop-free
+        merged: dict = defaultdict(lambda: defaultdict(int))
+        for part, ctx in loop_cost_parts(expr, context):
+            for k, d in cost_terms(part, share=share, context=ctx).items():
+                for kind, v in d.items():
+                    merged[k][kind] += v
+        return {k: {kk: v for kk, v in d.items() if v} for k, d in merged.items()}
     B0, P0 = tuple(context[0]), context[1]
     if B0 or P0 is not TRUE:
         type_of(expr)

@@ -191,7 +191,11 @@ def relational_count(B, P: Pred, carrier, params, depth: int = 0):
 
 
 def _accumulate(expr: Expr, context=((), TRUE)) -> _Acc:
-    shared = explicit_sharing(expr)
+    from .loops import has_loop, loop_cost_carrier
+
+    # a loop program's counts come from its loop-free parts (cost_terms); the
+    # carrier (sizes, for isl) is a loop-free term with the same sizes
+    shared = explicit_sharing(loop_cost_carrier(expr) if has_loop(expr) else expr)
     terms = cost_terms(expr, context=context)
     if context[0] or context[1] is not TRUE:
         shared = Iverson(context[1], make_gens(context[0], shared))  # carries every size

@@ -48,6 +48,7 @@ from .ir import (
     Gen,
     Iverson,
     Let,
+    Loop,
     Mul,
     Or,
     Pair,
@@ -245,6 +246,11 @@ class Evaluator:
                 return zero_value(type_of(b), self.sizes, dom)
             case Let(var=v, value=e0, body=e1):  # 4.9
                 return self.ev(e1, {**env, v: self.ev(e0, env)})
+            case Loop(extent=n, init=e0, ivar=i, svar=v, body=b):  # issue #17: T sequential steps
+                s = self.ev(e0, env)
+                for k in range(n.evaluate(self.sizes)):
+                    s = self.ev(b, {**env, i: k, v: s})
+                return s
             case _:
                 raise TensorLangError(f"cannot evaluate {e!r}")
 

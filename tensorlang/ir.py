@@ -781,6 +781,23 @@ class Let(Expr):
     body: Expr
 
 
+@node
+class Loop(Expr):
+    """``loop[t:T] (s = init) body``: the state after ``T`` sequential steps
+    (issue #17; semantics, typing and stages in ``tensorlang.loops``).
+
+    Binds the index ``ivar`` (``t`` in ``[0, T)``) and the state variable
+    ``svar`` in ``body``; ``checkpoint`` is the adjoint's storage policy
+    (``"all"``, an int ``k`` or ``("binomial", s)``), part of the identity."""
+
+    extent: Aff
+    init: Expr
+    ivar: IndexVar
+    svar: Var
+    body: Expr
+    checkpoint: Any
+
+
 ZERO = Const(0)
 ONE = Const(1)
 
@@ -800,6 +817,8 @@ def free_vars(n: Node) -> frozenset:
             case Var():
                 fv = frozenset((n,))
             case Let(var=v, value=e0, body=e1):
+                fv = free_vars(e0) | (free_vars(e1) - {v})
+            case Loop(init=e0, svar=v, body=e1):
                 fv = free_vars(e0) | (free_vars(e1) - {v})
             case _:
                 # Call keeps its arguments in a tuple field: descend into tuples too
@@ -829,6 +848,8 @@ def free_indices(n: Node) -> frozenset:
                 fi = n.index_vars()
             case Gen(var=i, extent=a, body=b) | Sum(var=i, extent=a, body=b) | Exists(var=i, extent=a, body=b):
                 fi = (free_indices(b) - {i}) | free_indices(a)
+            case Loop(extent=a, init=e0, ivar=i, body=b):
+                fi = (free_indices(b) - {i}) | free_indices(a) | free_indices(e0)
             case Type():
                 fi = frozenset()
             case _:
@@ -925,6 +946,19 @@ def _subst(n, vals, idx, cap_i, cap_v, memo):
                 v = w
             e1b = _subst(e1, inner_vals, idx, cap_i, cap_v, {})
             out = Let(v, e0b, e1b)
+        case Loop(extent=a, init=e0, ivar=i, svar=v, body=b, checkpoint=ck):
+            a2, e0b = _subst(a, vals, idx, cap_i, cap_v, memo), _subst(e0, vals, idx, cap_i, cap_v, memo)
+            inner_vals = {k: x for k, x in vals.items() if k is not v}
+            inner_idx = {k: x for k, x in idx.items() if k is not i}
+            if v in cap_v:  # rename the state variable, as Let does
+                w = Var(v.name, fresh_uid(), v.type)
+                inner_vals[v] = w
+                v = w
+            if i in cap_i:  # rename the step index, as Gen does
+                j = IndexVar(i.name, fresh_uid())
+                inner_idx[i] = sym_aff(j)
+                i = j
+            out = Loop(a2, e0b, i, v, _subst(b, inner_vals, inner_idx, cap_i, cap_v, {}), ck)
         case _:
             out = rebuild(n, (_subst(c, vals, idx, cap_i, cap_v, memo) for c in children(n)))
     memo[n] = out
@@ -967,6 +1001,11 @@ def _canon(n, imap, vmap, ilevel, vlevel):
         case Let(var=v, value=e0, body=e1):
             w = Var(f"x{vlevel}", -(vlevel + 1), _canon(v.type, imap, vmap, ilevel, vlevel))
             return Let(w, _canon(e0, imap, vmap, ilevel, vlevel), _canon(e1, imap, {**vmap, v: w}, ilevel, vlevel + 1))
+        case Loop(extent=a, init=e0, ivar=i, svar=v, body=b, checkpoint=ck):
+            j = canon_index(ilevel)
+            w = Var(f"x{vlevel}", -(vlevel + 1), _canon(v.type, imap, vmap, ilevel, vlevel))
+            body = _canon(b, {**imap, i: j}, {**vmap, v: w}, ilevel + 1, vlevel + 1)
+            return Loop(_canon(a, imap, vmap, ilevel, vlevel), _canon(e0, imap, vmap, ilevel, vlevel), j, w, body, ck)
         case SizeVar() | BoolLit() | Const() | Relation() | Type():
             return n
         case _:

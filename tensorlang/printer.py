@@ -34,6 +34,7 @@ from .ir import (
     IndexVar,
     Iverson,
     Let,
+    Loop,
     Mul,
     Node,
     Or,
@@ -281,6 +282,12 @@ def _pretty(e, prec: int, env: _Names) -> str:
         case Let(var=v, value=e0, body=e1):
             inner, name = env.bind(v, e1, e0)
             s = f"let {name} = {_pretty(e0, 0, env)} in\n{_pretty(e1, 0, inner)}"
+            return f"({s})" if prec > 0 else s
+        case Loop(extent=n, init=e0, ivar=i, svar=v, body=b, checkpoint=ck):
+            inner, tname = env.bind(i, b)
+            inner, sname = inner.bind(v, b, e0)
+            ckp = "" if ck == "all" else f", checkpoint={ck!r}"
+            s = f"loop[{tname}:{pretty_aff(n, env)}{ckp}] ({sname} = {_pretty(e0, 0, env)}) {_pretty(b, 0, inner)}"
             return f"({s})" if prec > 0 else s
         case _:
             raise TypeError(f"not an expression: {e!r}")

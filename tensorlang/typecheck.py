@@ -18,6 +18,7 @@ from .ir import (
     Gen,
     Iverson,
     Let,
+    Loop,
     Mul,
     Pair,
     PairT,
@@ -97,6 +98,14 @@ def _infer(e: Expr) -> Type:
             if v.type is not t0:
                 raise TypeCheckError(f"let {v.name} is declared {v.type} but bound to {describe(e0)} of type {t0}")
             return type_of(e1)
+        case Loop(init=e0, svar=v, body=b):  # issue #17: the body maps the state type to itself
+            t0, tb = type_of(e0), type_of(b)
+            if t0 is not v.type or tb is not t0:
+                raise TypeCheckError(
+                    f"loop: the body must map the state type to itself, but the state {describe(e0)} has type {t0} "
+                    f"and the body {describe(b)} has type {tb} (in {describe(e)})"
+                )
+            return t0
         case _:
             raise TypeCheckError(f"not a value expression: {e!r}")
 

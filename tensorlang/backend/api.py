@@ -40,6 +40,7 @@ from ..ir import Call, Expr, PairT, RealT, Rel, TensorT, input_vars, relations_o
 from ..relation_data import _is_scipy as is_scipy
 from ..sparse import SparseData, keeps_packed, unpack_outputs
 from ..typecheck import check_program
+from ..loops import has_loop
 from . import cache as _cache
 from .dispatch import check_finite, finite_checks, remember, signature
 from .domains import MAX_SIZE
@@ -443,6 +444,11 @@ def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: 
     built now, so a program the backend cannot lower is refused here."""
     from .prepare import prepare
 
+    if isinstance(expr, Expr) and has_loop(expr):  # issue #17: the body's kernel run T times
+        from .loop_kernel import LoopKernel
+
+        _check_options(expr, mode, threads)
+        return LoopKernel(expr, mode, threads, compile)
     _check_options(expr, mode, threads)
     k = Kernel(expr, mode, threads, prepare(expr))
     k.variant("float64")

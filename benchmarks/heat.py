@@ -1,0 +1,248 @@
+"""Heat equation: a 5-point explicit step under ``tl.loop`` (issue #17, goals).
+
+``u_{t+1}[i, j] = u_t[i, j] + κ (u_t[i-1, j] + u_t[i+1, j] + u_t[i, j-1] +
+u_t[i, j+1] - 4 u_t[i, j])`` with zero (Dirichlet) boundaries, ``T`` steps,
+loss ``Σ (u_T - z)²``, gradient with respect to the initial state ``u0`` and
+the diffusivity ``κ``.
+
+Two uses:
+
+* ``WORKLOAD`` (registered in ``benchmarks/workloads.py``) runs in the common
+  runner (``python -m benchmarks --only heat``); ``T`` is a size passed with
+  the data;
+* ``python -m benchmarks.heat [--quick]`` measures what the issue asks:
+  gradient/primal time for ``checkpoint="all"`` and ``k = √T``, the stored
+  states of each policy, build+compile time at ``T = 10`` and ``T = 10000``
+  (fresh kernel caches, separate processes), and a JAX ``lax.fori_loop``
+  peer when JAX is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from functools import lru_cache
+
+import numpy as np
+
+KAPPA = 0.2  # <= 1/4 keeps the explicit step stable
+
+
+def program(T="T", checkpoint="all"):
+    """(loss, {name: Var}); ``T`` a size name or an int."""
+    import tensorlang as tl
+
+    n = tl.size("n")
+    steps = tl.size(T) if isinstance(T, str) else T
+    u0, z, kappa = tl.tensor("u0", n, n), tl.tensor("z", n, n), tl.scalar("kappa")
+
+    def step(t, u):
+        return tl.gen([n, n], lambda i, j: u[i, j] + kappa * (
+            tl.iverson(i >= 1, u[i - 1, j]) + tl.iverson(i + 1 <= n - 1, u[i + 1, j])
+            + tl.iverson(j >= 1, u[i, j - 1]) + tl.iverson(j + 1 <= n - 1, u[i, j + 1]) - 4 * u[i, j]))
+
+    uT = tl.loop(steps, u0, step, checkpoint=checkpoint)
+    loss = tl.sum([n, n], lambda i, j: (uT[i, j] - z[i, j]) ** 2)
+    return loss, {"u0": u0, "z": z, "kappa": kappa}
+
+
+@lru_cache(maxsize=None)
+def _workload_program():
+    return program("T", "all")
+
+
+def data(sizes, rng):
+    n, T = sizes["n"], sizes["T"]
+    return {"u0": rng.uniform(0.0, 1.0, (n, n)), "z": rng.uniform(0.0, 0.5, (n, n)),
+            "kappa": np.array(KAPPA), "T": int(T)}
+
+
+def _lap(u):
+    out = -4.0 * u
+    out[1:, :] += u[:-1, :]
+    out[:-1, :] += u[1:, :]
+    out[:, 1:] += u[:, :-1]
+    out[:, :-1] += u[:, 1:]
+    return out
+
+
+def _states(d):
+    u = d["u0"]
+    states = [u]
+    for _ in range(d["T"]):
+        u = u + d["kappa"] * _lap(u)
+        states.append(u)
+    return states
+
+
+def loss_ref(d) -> float:
+    return float(((_states(d)[-1] - d["z"]) ** 2).sum())
+
+
+def grad_ref(d) -> dict:
+    states = _states(d)
+    g = 2.0 * (states[-1] - d["z"])
+    gk = 0.0
+    for u in reversed(states[:-1]):
+        # the step is u + κ L u with L symmetric (zero boundaries): its transpose is g + κ L g
+        gk += float((g * _lap(u)).sum())
+        g = g + d["kappa"] * _lap(g)
+    return {"u0": g, "kappa": np.array(gk)}
+
+
+def workload_fields() -> dict:
+    """The fields of the runner's ``Workload`` (built in workloads.py, which this module does not import)."""
+    return dict(
+        name="heat", number=17, title="2D heat equation, 5-point explicit step under tl.loop (T = 1000 steps)",
+        primary="n", sizes=(64, 128, 256), fixed={"T": 1000},
+        quick={"n": 16, "T": 10}, check={"n": 6, "T": 4}, wrt=("u0", "kappa"),
+        program=_workload_program, data=data, loss_ref=loss_ref, grad_ref=grad_ref,
+        work=lambda s: 12 * s["n"] ** 2 * s["T"],
+        notes="tl.loop with checkpoint='all'; python -m benchmarks.heat measures k = sqrt(T) and build time in T",
+        tags=("loop",),
+    )
+
+
+# --------------------------------------------------------------------------
+# Standalone measurements
+
+
+def _best(fn, repeats: int) -> float:
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_policies(n: int, T: int, repeats: int) -> dict:
+    import tensorlang as tl
+    from tensorlang.loops import schedule
+
+    d = data({"n": n, "T": T}, np.random.default_rng(0))
+    want = grad_ref(d) if n * n * T <= 256 * 256 * 1000 else None
+    out = {"n": n, "T": T}
+    k = max(1, math.isqrt(T))
+    for name, ck in (("all", "all"), (f"k={k}", k), ("binomial", "binomial")):
+        loss, ins = program("T", ck)
+        f = tl.compile(loss)
+        g = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])
+        gu, gk = g(**d)
+        if want is not None:
+            err = max(float(np.abs(gu - want["u0"]).max() / max(1.0, np.abs(want["u0"]).max())),
+                      abs(gk - float(want["kappa"])) / max(1.0, abs(float(want["kappa"]))))
+            assert err < 1e-8, f"{name}: gradient differs from the NumPy reference by {err}"
+        tp = _best(lambda: f(**d), repeats)
+        tg = _best(lambda: g(**d), repeats)
+        sc = schedule(loss_policy(ck), T)
+        out[name] = {"primal_s": tp, "grad_s": tg, "ratio": tg / tp, "stored_states": sc.slots,
+                     "recomputed_steps": sc.recomputed, "state_MB": n * n * 8 / 1e6}
+    return out
+
+
+def loss_policy(ck):
+    from tensorlang.loops import normalize_checkpoint
+
+    return normalize_checkpoint(ck)
+
+
+def measure_jax(n: int, T: int, repeats: int) -> dict:
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return {"skipped": "jax is not installed"}
+    jax.config.update("jax_enable_x64", True)
+    d = data({"n": n, "T": T}, np.random.default_rng(0))
+
+    def lap(u):
+        p = jnp.pad(u, 1)
+        return p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:] - 4.0 * u
+
+    def loss(u0, kappa, z):
+        uT = jax.lax.fori_loop(0, T, lambda t, u: u + kappa * lap(u), u0)
+        return jnp.sum((uT - z) ** 2)
+
+    def loss_ck(u0, kappa, z):  # scan with a remat'd step (JAX's per-step checkpointing)
+        step = jax.checkpoint(lambda u, _: (u + kappa * lap(u), None))
+        uT, _ = jax.lax.scan(step, u0, None, length=T)
+        return jnp.sum((uT - z) ** 2)
+
+    args = (jnp.asarray(d["u0"]), jnp.asarray(d["kappa"]), jnp.asarray(d["z"]))
+    f = jax.jit(loss)
+    g = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    gc = jax.jit(jax.grad(loss_ck, argnums=(0, 1)))
+    tp = _best(lambda: f(*args).block_until_ready(), repeats)
+    tg = _best(lambda: jax.block_until_ready(g(*args)), repeats)
+    tgc = _best(lambda: jax.block_until_ready(gc(*args)), repeats)
+    want = grad_ref(d) if n * n * T <= 256 * 256 * 1000 else None
+    if want is not None:
+        gu = np.asarray(g(*args)[0])
+        assert np.abs(gu - want["u0"]).max() < 1e-8 * max(1.0, np.abs(want["u0"]).max())
+    return {"primal_s": tp, "grad_s": tg, "ratio": tg / tp, "grad_remat_step_s": tgc,
+            "stored_states_fori_loop": T, "note": "jax.grad of fori_loop keeps every step's residuals (T states)"}
+
+
+_BUILD_CHILD = """
+import time, sys, json
+t0 = time.perf_counter()
+import numpy as np
+import tensorlang as tl
+from benchmarks.heat import program
+T = int(sys.argv[1])
+loss, ins = program(T, "all")
+f = tl.compile(loss)
+g = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])
+t1 = time.perf_counter()
+rng = np.random.default_rng(0)
+d = {"u0": rng.uniform(size=(8, 8)), "z": rng.uniform(size=(8, 8)), "kappa": 0.2}
+f(**d)
+g(**d)  # the first calls compile the Numba step drivers (T is their runtime argument)
+t2 = time.perf_counter()
+print(json.dumps({"T": T, "build_compile_s": t1 - t0, "first_calls_n8_s": t2 - t1}))
+"""
+
+
+def measure_build(Ts=(10, 10000)) -> list:
+    """Build + compile time of the primal and the gradient in a fresh process
+    with a fresh kernel cache, ``T`` an int constant of the program."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for T in Ts:
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "TENSORLANG_CACHE_DIR": cache}
+            r = subprocess.run([sys.executable, "-c", _BUILD_CHILD, str(T)], cwd=root, env=env,
+                               capture_output=True, text=True, timeout=600)
+            if r.returncode:
+                raise RuntimeError(r.stderr[-2000:])
+            out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.heat", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="n = 32, T = 50")
+    p.add_argument("--n", type=int)
+    p.add_argument("--T", type=int)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-build", action="store_true", help="skip the build-time measurement")
+    a = p.parse_args(argv)
+    n = a.n or (32 if a.quick else 256)
+    T = a.T or (50 if a.quick else 1000)
+    res = {"tensorlang": measure_policies(n, T, a.repeats), "jax": measure_jax(n, T, a.repeats)}
+    if not a.no_build:
+        res["build"] = measure_build((10, 100) if a.quick else (10, 10000))
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+"""Derivatives and compiled execution of loop programs (issue #17 items 1-3;
+the paper's Section 6 applied per part, as JAX differentiates ``scan``).
+
+A program whose one loop is at top level is cut by ``loops.split`` into
+``pre`` (the initial state), ``body`` (one step: the state and ``t`` are
+inputs) and ``post`` (consumes the final state).  Each part is loop-free,
+so the existing passes differentiate it and the backend compiles it:
+
+* forward mode (``jvp``): the body's total derivative ``D⟦body⟧`` (Fig. 13)
+  with respect to the state and the loop-invariant inputs; the loop carries
+  ``(state, tangent)``;
+* reverse mode (``grad``, ``value_and_grad``, ``vjp``): the body's adjoint
+  ``D^T⟦body⟧`` (Figs. 14-16) with respect to the state and the inputs; the
+  reverse sweep runs it for ``t = T-1 … 0`` on states restored or recomputed
+  by the checkpoint schedule (``loops.schedule``), and the inputs'
+  cotangents accumulate across steps;
+* ``compile``: the three kernels, the body called ``T`` times with ``T`` a
+  runtime value (kernel size and compile time do not depend on ``T``).
+
+The cost of the reverse sweep is certified per policy by
+:func:`adjoint_cost`: ``cost(pre^T) + T·cost(body^T) + R·cost(body) +
+cost(post^T)`` with ``R`` the schedule's recomputed steps, and the peak
+number of stored states.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InputError, TensorLangError, UnsupportedError
+from .ir import REAL, Var, input_vars, size_vars
+from .backend.loop_kernel import LoopProgram, Part as _Part
+from .loops import binomial_budget, schedule, split, t_value
+from .typecheck import check_program, type_of
+
+
+# --------------------------------------------------------------------------
+# Values: states are arrays, floats or (nested) tuples of them
+
+
+def _tadd(a, b):
+    if isinstance(a, tuple):
+        return (_tadd(a[0], b[0]), _tadd(a[1], b[1]))
+    return a + b
+
+
+def _tzeros(t, sizes):
+    from .ir import PairT, RealT, TensorT
+
+    if isinstance(t, PairT):
+        return (_tzeros(t.fst, sizes), _tzeros(t.snd, sizes))
+    if isinstance(t, RealT):
+        return 0.0
+    shape = []
+    while isinstance(t, TensorT):
+        shape.append(t.extent.evaluate(sizes))
+        t = t.elem
+    if not isinstance(t, RealT):
+        raise UnsupportedError(f"loop: a zero cotangent of the array-of-structs type {t} is not supported")
+    return np.zeros(tuple(shape))
+
+
+def _unpack(val, n: int) -> list:
+    if n == 1:
+        return [val]
+    out = []
+    for _ in range(n - 1):
+        a, val = val
+        out.append(a)
+    out.append(val)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Reverse mode
+
+
+class _Reverse:
+    """``vjp`` of a loop program w.r.t. ``xs`` (inputs), for a cotangent of its output."""
+
+    def __init__(self, lp: LoopProgram, xs: list, cot_name: str):
+        self.lp, self.xs = lp, xs
+        sp = lp.sp
+        names = {v.name for v in input_vars(lp.expr)} | {sp.state.name, sp.final.name}
+
+        def fresh(base):
+            while base in names:
+                base = "_" + base
+            names.add(base)
+            return base
+
+        self.cot = cot_name
+        self.dstate = fresh("loop_dstate")
+
+        def vjp_part(prog, wrt, cot):
+            wrt = [w for w in wrt if w in set(input_vars(prog)) or w is prog]
+            if not wrt:
+                return None, []
+            if isinstance(prog, Var):  # the identity: the cotangent itself
+                return "identity", wrt
+            return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
+
+        self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
+        self.body_vjp = vjp_part(sp.body, [sp.state] + xs, self.dstate) if lp.body is not None else (None, [])
+        self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
+
+    def _reverse_driver(self):
+        if not hasattr(self, "_rdrv"):
+            from .backend.loop_kernel import ReverseDriver
+
+            part, wrt = self.body_vjp
+            ok = part not in (None, "identity") and wrt[0] is self.lp.sp.state
+            self._rdrv = ReverseDriver.build(part, self.lp.sp, wrt, self.dstate) if ok else None
+        return self._rdrv
+
+    @staticmethod
+    def _run(part_wrt, values, sizes, cot_name, cot):
+        part, wrt = part_wrt
+        if part is None:
+            return {}
+        if part == "identity":
+            return {wrt[0].name: cot}
+        values[cot_name] = cot
+        return dict(zip((w.name for w in wrt), _unpack(part(values, sizes), len(wrt))))
+
+    def __call__(self, inputs: dict, cot, policy=None):
+        """(value, cotangents of xs) for the output cotangent ``cot``."""
+        lp, sp = self.lp, self.lp.sp
+        sizes = lp.sizes(inputs)
+        T = lp.steps(sizes)
+        values = dict(inputs)
+        acc = {x.name: None for x in self.xs}
+
+        def add(d):
+            for k, v in d.items():
+                if k in acc:
+                    acc[k] = v if acc[k] is None else _tadd(acc[k], v)
+
+        s0 = lp.pre(values, sizes)
+        policy = sp.checkpoint if policy is None else policy
+        ds = None
+        if T == 0:
+            sT = s0
+        else:
+            sch = schedule(policy, T)
+            acts = sch.actions
+            # float64 tensor states live in one preallocated checkpoint buffer,
+            # and runs of steps go to the Numba drivers (backend/loop_kernel.py)
+            fast = isinstance(s0, np.ndarray) and s0.dtype == np.float64 and s0.ndim > 0
+            slots = np.empty((sch.slots,) + s0.shape) if fast else {}
+            from .backend import loop_kernel
+
+            fast = fast and T >= loop_kernel.DRIVER_MIN_STEPS
+            fwd = lp.driver() if fast else None
+            rdrv = self._reverse_driver() if fast else None
+            cur = s0
+            sT = None
+            i = 0
+            while i < len(acts):
+                a = acts[i]
+                op = a[0]
+                if op == "store" and fwd is not None:
+                    m = _run_length(acts, i, lambda q: (("store", a[1] + q, a[2] + q), ("advance", a[2] + q, a[2] + q + 1)))
+                    if m >= 2:
+                        values[sp.state.name] = cur
+                        got = fwd.run(values, sizes, a[2], a[2] + m, slots, a[1])
+                        if got is not None:
+                            cur = got
+                            i += 2 * m
+                            continue
+                if op == "restore" and rdrv is not None and ds is not None:
+                    m = _run_length(acts, i, lambda q: (("restore",) + acts[i + 2 * q][1:], ("reverse", acts[i + 2 * q][2])))
+                    if m >= 2:
+                        ts = [acts[i + 2 * q + 1][1] for q in range(m)]
+                        sl = [acts[i + 2 * q][1] for q in range(m)]
+                        # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
+                        xs_ = rdrv_xs(self)
+                        zs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
+                        got = rdrv.run(values, sizes, ts, sl, slots, ds, zs)
+                        if got is not None:
+                            ds = got[0]
+                            acc.update(zip((x.name for x in xs_), got[1]))
+                            i += 2 * m
+                            continue
+                i += 1
+                if op == "advance":
+                    cur = lp.advance(values, sizes, cur, a[1], a[2])
+                elif op == "store":
+                    slots[a[1]] = cur  # a copy into the buffer, or (dict) the kernel's fresh array
+                elif op == "restore":
+                    cur = slots[a[1]]
+                elif op == "final":
+                    sT = cur
+                    values[sp.final.name] = sT
+                    value = lp.post(values, sizes)
+                    got = self._run(self.post_vjp, values, sizes, self.cot, cot)
+                    ds = got.pop(sp.final.name, None)
+                    add(got)
+                    if ds is None:
+                        ds = _tzeros(sp.state.type, sizes)
+                else:  # reverse step t at state cur
+                    t = a[1]
+                    values[sp.state.name] = cur
+                    sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
+                    got = self._run(self.body_vjp, values, sz, self.dstate, ds)
+                    nds = got.pop(sp.state.name, None)
+                    add(got)
+                    ds = nds if nds is not None else _tzeros(sp.state.type, sizes)
+        if T == 0:
+            values[sp.final.name] = sT
+            value = lp.post(values, sizes)
+            got = self._run(self.post_vjp, values, sizes, self.cot, cot)
+            ds = got.pop(sp.final.name, None)
+            add(got)
+            if ds is None:
+                ds = _tzeros(sp.state.type, sizes)
+        add(self._run(self.pre_vjp, values, sizes, self.dstate, ds))
+        out = []
+        for x in self.xs:
+            g = acc[x.name]
+            out.append(_tzeros(x.type, sizes) if g is None else g)
+        return value, out
+
+
+def adjoint(prog, wrt, *, cotangent: str, mode: str = "sparse"):
+    """``simplify(D^T⟦normalize(prog)⟧)`` of a loop-free part (as ``autodiff.adjoint``,
+    which imports this module for loop programs, so it is not imported back);
+    ``mode="naive"``: the dense transposition, unsimplified."""
+    from . import bounds
+    from .passes.adjoint import transpose
+    from .passes.naive_adjoint import naive_transpose
+    from .passes.pipeline import normalize
+    from .passes.simplify import simplify
+
+    seed = Var(cotangent, 0, type_of(prog))
+    if mode == "naive":
+        out = naive_transpose(normalize(prog), list(wrt), seed)
+    else:
+        out = simplify(transpose(normalize(prog), list(wrt), seed))
+    bounds.inherit(out, prog)
+    return out
+
+
+def derivative(prog, wrt):
+    """``simplify(D⟦prog⟧)`` of a loop-free part; tangents are named ``d<name>``."""
+    from . import bounds
+    from .passes.simplify import simplify
+    from .passes.total_derivative import tangent_inputs, total_derivative
+
+    out = simplify(total_derivative(prog, tangent_inputs(prog, list(wrt))))
+    bounds.inherit(out, prog)
+    return out
+
+
+def _program(expr, stage, mode):
+    from .backend.api import compile as tl_compile
+
+    return LoopProgram(expr, stage, mode, tl_compile)
+
+
+def rdrv_xs(rev: _Reverse) -> list:
+    """The inputs whose cotangents the body's adjoint returns after the state's."""
+    return rev.body_vjp[1][1:]
+
+
+def _run_length(acts: list, i: int, pattern) -> int:
+    """How many consecutive action pairs from ``i`` equal ``pattern(q)``, q = 0, 1, …"""
+    m = 0
+    while i + 2 * m + 1 < len(acts):
+        try:
+            want = pattern(m)
+        except (IndexError, TypeError):
+            break
+        if acts[i + 2 * m] != want[0] or acts[i + 2 * m + 1] != want[1]:
+            break
+        m += 1
+    return m
+
+
+def _wrt(wrt):
+    single = not isinstance(wrt, (list, tuple))
+    xs = [wrt] if single else list(wrt)
+    if not xs:
+        raise TensorLangError("wrt is empty: name at least one input to differentiate with respect to")
+    for x in xs:
+        if not isinstance(x, Var) or x.uid != 0:
+            raise TensorLangError(f"wrt must list program inputs (tl.tensor / tl.scalar), got {x!r}")
+    if len({id(x) for x in xs}) != len(xs):
+        raise TensorLangError("wrt lists an input twice")
+    return xs, single
+
+
+def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
+    if type_of(loss) is not REAL:
+        raise TensorLangError(
+            f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
+        )
+    xs, single = _wrt(wrt)
+    rev = _Reverse(_program(loss, "grad", mode), xs, _cot_name(loss))
+
+    def g(**inputs):
+        _, gs = rev(inputs, 1.0, checkpoint)
+        return gs[0] if single else tuple(gs)
+
+    g.loop_program = rev
+    return g
+
+
+def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
+    g = grad(loss, wrt, mode=mode, checkpoint=checkpoint)
+    rev = g.loop_program
+    single = not isinstance(wrt, (list, tuple))
+
+    def vg(**inputs):
+        v, gs = rev(inputs, 1.0, checkpoint)
+        return v, (gs[0] if single else tuple(gs))
+
+    vg.loop_program = rev
+    return vg
+
+
+def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None):
+    xs, single = _wrt(wrt)
+    if cotangent in {v.name for v in input_vars(expr)}:
+        raise TensorLangError(f"the cotangent name {cotangent!r} is already an input of the program; pass cotangent=...")
+    rev = _Reverse(_program(expr, "vjp", mode), xs, cotangent)
+
+    def f(**inputs):
+        if cotangent not in inputs:
+            raise InputError(f"missing input(s) [{cotangent!r}] (the output cotangent)")
+        kw = dict(inputs)
+        cot = kw.pop(cotangent)
+        _, gs = rev(kw, cot, checkpoint)
+        return gs[0] if single else tuple(gs)
+
+    f.loop_program = rev
+    return f
+
+
+def _cot_name(expr) -> str:
+    names = {v.name for v in input_vars(expr)}
+    name = "dy"
+    while name in names:
+        name = "_" + name
+    return name
+
+
+# --------------------------------------------------------------------------
+# Forward mode
+
+
+def jvp(expr, wrt, *, mode: str = "sparse"):
+    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``: the loop carries (state, tangent)."""
+    xs, _ = _wrt(wrt)
+    lp = _program(expr, "jvp", mode)
+    sp = lp.sp
+    tnames = {x.name: "d" + x.name for x in xs}
+    dstate = "d" + sp.state.name
+    dfinal = "d" + sp.final.name
+
+    def dpart(prog, wrt_):
+        wrt_ = [w for w in wrt_ if w in set(input_vars(prog)) or w is prog]
+        if not wrt_:
+            return None
+        if isinstance(prog, Var):
+            return "identity"
+        return _Part(derivative(prog, wrt_), mode, lp.compile_fn)
+
+    dpre = dpart(sp.pre, xs)
+    dbody = dpart(sp.body, [sp.state] + xs) if lp.body is not None else None
+    dpost = dpart(sp.post, [sp.final] + xs)
+    for n in tnames.values():
+        if n in {v.name for v in input_vars(expr)}:
+            raise TensorLangError(f"the tangent name {n!r} is already an input of the program")
+
+    def run(part, prog, values, sizes, zero_t):
+        if part is None:
+            return _tzeros(zero_t, sizes)
+        if part == "identity":
+            return values["d" + prog.name]
+        return part(values, sizes)
+
+    def f(**inputs):
+        missing = [n for n in tnames.values() if n not in inputs]
+        if missing:
+            raise InputError(f"missing input(s) {missing} (the tangents)")
+        prim = {k: v for k, v in inputs.items() if k not in set(tnames.values())}
+        sizes = lp.sizes(prim)
+        values = dict(inputs)
+        s = lp.pre(values, sizes)
+        ds = run(dpre, sp.pre, values, sizes, sp.state.type)
+        for t in range(lp.steps(sizes)):
+            values[dstate] = ds
+            sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
+            values[sp.state.name] = s
+            ds = run(dbody, sp.body, values, sz, sp.state.type)
+            s = lp._step(lp.body, values, sizes, s, t)
+        values[sp.final.name] = s
+        values[dfinal] = ds
+        return lp.post(values, sizes), run(dpost, sp.post, values, sizes, type_of(expr))
+
+    f.loop_program = lp
+    return f
+
+
+# --------------------------------------------------------------------------
+# Cost certificates per checkpoint policy (issue #17 item 2)
+
+
+def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
+    """The reverse sweep's Fig. 6 operation count and peak stored states at
+    the given sizes, for a checkpoint policy (default: the loop's own):
+    ``{"primal", "adjoint", "factor", "stored_states", "recomputed_steps"}``."""
+    from .costmodel import cost
+
+    xs, _ = _wrt(wrt)
+    sp = split(loss, "adjoint cost")
+    policy = sp.checkpoint if policy is None else policy
+    T = sp.steps.evaluate(sizes)
+
+    def c(prog, **extra):
+        if isinstance(prog, Var):
+            return 0
+        return cost(prog, **{k: v for k, v in {**sizes, **extra}.items() if k in {s.name for s in size_vars(prog)}})
+
+    def ct(prog, wrt_):
+        wrt_ = [w for w in wrt_ if w in set(input_vars(prog))]
+        if not wrt_ or isinstance(prog, Var):
+            return 0
+        return c(adjoint(prog, wrt_, cotangent="_loop_cot"))
+
+    tsz = {sp.t_size.name: t_value(0)} if sp.t_size is not None else {}
+    body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + xs)
+    primal = c(sp.pre) + T * body + c(sp.post)
+    sch = schedule(policy, T) if T else None
+    rec = sch.recomputed if sch else 0
+    adj = primal + ct(sp.pre, xs) + T * body_t + rec * body + ct(sp.post, [sp.final] + xs)
+    out = {
+        "policy": policy if not (isinstance(policy, tuple) and policy[1] is None) else ("binomial", binomial_budget(policy, T)),
+        "primal": primal,
+        "adjoint": adj,
+        "factor": adj / primal if primal else float("nan"),
+        "stored_states": sch.slots if sch else 0,
+        "recomputed_steps": rec,
+    }
+    if sp.t_size is not None:
+        out["note"] = "the body uses t: its cost is taken at t = 0 for every step"
+    return out
+

@@ -1,0 +1,380 @@
+"""Time-stepping loops: ``tl.loop(T, init, lambda t, s: body, checkpoint=...)``
+(issue #17 items 1-2; an extension of the paper's language, Section 4, Fig. 3).
+
+``loop[t:T] (s = init) body`` is the state after ``T`` sequential steps:
+``s_0 = init``, ``s_{t+1} = body[t, s_t]``, value ``s_T``.  ``T`` is a size
+expression or an int ``>= 0``; ``t`` is an index in ``[0, T)`` usable in
+affine indices (``forcing[t, i]``); the state is a tensor, a scalar or nested
+pairs of them, and the body maps the state type to itself.
+
+Stages (the node is ``ir.Loop``):
+
+* typing (``typecheck``): the body's type is the state's, else a
+  TypeCheckError naming both types;
+* evaluation (``evaluator``, rule 4.x extended): the recurrence above, over
+  floats or sympy;
+* bounds (``bounds``): ``t`` ranges over ``[0, T)`` in the in-range proof,
+  so ``forcing[t + 1, i]`` with ``forcing : [T]...`` is refused naming it;
+* everything else works at *program level*, as JAX's ``scan`` does:
+  :func:`split` cuts a program whose loop is at top level (not under a
+  ``gen``/``sum``) into ``pre`` (computes ``init``), the ``body`` as its own
+  program (the state an input, ``t`` a size), and ``post`` (consumes the
+  final state).  Each part is loop-free and goes through the existing
+  normal forms, derivatives, cost model and backend unchanged
+  (``tensorlang.loop_autodiff`` drives them).
+
+Checkpoint policies (:func:`schedule`) decide which states the reverse sweep
+stores: ``"all"`` (``T`` states), an int ``k`` (every ``k``-th state, each
+segment recomputed), or ``"binomial"`` / ``("binomial", s)`` (Griewank's
+Revolve: at most ``s`` snapshots, repetition number ``r`` minimal with
+``C(s + r, s) >= T``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import TensorLangError, TypeCheckError, UnsupportedError, describe
+from .ir import (
+    Expr,
+    IndexVar,
+    Loop,
+    SizeVar,
+    Var,
+    as_expr,
+    fresh_uid,
+    free_indices,
+    free_vars,
+    input_vars,
+    rebuild,
+    children,
+    size_vars,
+    subst,
+    sym_aff,
+    walk,
+)
+from .typecheck import type_of
+
+POLICIES = ("all", "every k (an int >= 1)", "binomial", "('binomial', s)")
+
+
+def normalize_checkpoint(ck):
+    """``"all"``, an int ``k >= 1``, or ``("binomial", s)`` (``s`` an int >= 1 or None: chosen per run)."""
+    if ck == "all" or ck is None:
+        return "all"
+    if isinstance(ck, bool):
+        raise TensorLangError(f"loop checkpoint must be one of {POLICIES}, got {ck!r}")
+    if isinstance(ck, int):
+        if ck < 1:
+            raise TensorLangError(f"loop checkpoint every k steps needs k >= 1, got {ck}")
+        return int(ck)
+    if ck == "binomial":
+        return ("binomial", None)
+    if isinstance(ck, tuple) and len(ck) == 2 and ck[0] == "binomial" and ck[1] is None:
+        return ck
+    if isinstance(ck, tuple) and len(ck) == 2 and ck[0] == "binomial" and isinstance(ck[1], int) and not isinstance(ck[1], bool):
+        if ck[1] < 1:
+            raise TensorLangError(f"binomial checkpointing needs a snapshot budget >= 1, got {ck[1]}")
+        return ("binomial", int(ck[1]))
+    raise TensorLangError(f"loop checkpoint must be one of {POLICIES}, got {ck!r}")
+
+
+def loop(T, init, fn, checkpoint="all") -> Expr:
+    """``tl.loop(T, init, lambda t, s: body)``: the state after ``T`` steps (module doc)."""
+    from .api import _extent, _names
+
+    try:
+        ext = _extent(T, "tl.loop: the number of steps T")
+    except TensorLangError as exc:
+        raise type(exc)(str(exc)) from None
+    if ext.is_const and ext.const < 0:
+        raise TensorLangError(f"tl.loop: the number of steps T = {ext.const} is negative; T is a size or an int >= 0")
+    ck = normalize_checkpoint(checkpoint)
+    init = as_expr(init)
+    t0 = type_of(init)
+    tname, sname = _names(fn, 2, "t", "tl.loop")
+    t = IndexVar(tname, fresh_uid())
+    s = Var(sname, fresh_uid(), t0)
+    body = as_expr(fn(sym_aff(t), s))
+    tb = type_of(body)
+    if tb is not t0:
+        raise TypeCheckError(
+            f"tl.loop: the body must map the state type to itself, but the initial state {describe(init)} "
+            f"has type {t0} and the body {describe(body)} has type {tb}"
+        )
+    out = Loop(ext, init, t, s, body, ck)
+    type_of(out)
+    _check_bounds(out)
+    return out
+
+
+def _check_bounds(lp: Loop) -> None:
+    """The body's accesses are proven in range for ``t`` in ``[0, T)`` now,
+    so an out-of-range ``t`` is reported naming the loop."""
+    from . import bounds
+    from .errors import BoundsError
+
+    if free_indices(lp):  # an enclosing binder's index: checked with the whole program
+        return
+    try:
+        bounds.check_program(lp)
+    except BoundsError as exc:
+        raise BoundsError(f"in the loop {describe(lp)}: {exc}") from None
+
+
+def has_loop(e: Expr) -> bool:
+    return any(isinstance(x, Loop) for x in walk(e))
+
+
+# --------------------------------------------------------------------------
+# Program-level split
+
+
+@dataclass(frozen=True)
+class Split:
+    """A loop program cut at its loop (module doc).
+
+    ``pre`` computes the initial state from the inputs; ``body`` is one step
+    as a program of the inputs, the state input ``state`` and (when the body
+    uses ``t``) the size ``t_size`` standing for ``t + 1`` (sizes are >= 1
+    in the passes' and the cost model's reasoning, and ``t`` may be 0: see
+    :func:`t_value`); ``post`` maps the inputs and the final
+    state input ``final`` to the program's value."""
+
+    loop: Loop
+    steps: object  # the Aff T
+    pre: Expr
+    body: Expr
+    state: Var
+    t_size: SizeVar | None
+    post: Expr
+    final: Var
+
+    @property
+    def checkpoint(self):
+        return self.loop.checkpoint
+
+
+def _fresh_name(taken: set, base: str) -> str:
+    name = base
+    while name in taken:
+        name = "_" + name
+    return name
+
+
+def split(expr: Expr, stage: str = "this stage") -> Split:
+    """Cut ``expr`` at its one top-level loop, or raise UnsupportedError naming
+    the loop and ``stage``."""
+    loops = [x for x in walk(expr) if isinstance(x, Loop)]
+    if not loops:
+        raise TensorLangError(f"{stage}: the program has no loop")
+    if len(loops) > 1:
+        raise UnsupportedError(
+            f"{stage}: the program has {len(loops)} loops ({describe(loops[0])}, ...); "
+            "only one loop per program is supported (nested or sequential loops are not yet)"
+        )
+    lp = loops[0]
+    if free_indices(lp):
+        names = ", ".join(sorted(repr(i) for i in free_indices(lp)))
+        raise UnsupportedError(
+            f"{stage}: the loop {describe(lp)} sits inside a gen/sum binder (it uses its index {names}); "
+            "loops must be at top level: build the loop first and index its result"
+        )
+    bound = [v for v in free_vars(lp) if v.uid != 0]
+    if bound:
+        raise UnsupportedError(
+            f"{stage}: the loop {describe(lp)} uses the let-bound {bound[0].name}; "
+            "loops must be at top level (pass the value as an input or compute it inside the loop's init)"
+        )
+    taken = {v.name for v in input_vars(expr)} | {s.name for s in size_vars(expr)}
+    final = Var(_fresh_name(taken, "loop_final"), 0, lp.svar.type)
+    state = Var(_fresh_name(taken, "loop_state"), 0, lp.svar.type)
+    body = subst(lp.body, vals={lp.svar: state})
+    t_size = None
+    if lp.ivar in free_indices(body):
+        t_size = SizeVar(_fresh_name(taken, "loop_t"))
+        body = subst(body, idx={lp.ivar: sym_aff(t_size) - 1})
+    post = _replace(expr, lp, final)
+    return Split(lp, lp.extent, lp.init, body, state, t_size, post, final)
+
+
+def t_value(t: int) -> int:
+    """The value of ``Split.t_size`` at step ``t``: ``t + 1``, never 0 (a
+    size of 0 would break the simplifier's and the cost model's ``>= 1``
+    assumption: with ``t`` itself as the size, ``[a == t]`` at ``a in [0, 1)``
+    was simplified to false and the step-0 cotangent of ``forcing[t]`` lost)."""
+    return t + 1
+
+
+def _replace(e, old, new):
+    memo: dict = {}
+
+    def go(x):
+        if x is old:
+            return new
+        if not isinstance(x, Expr) or old not in _subterms(x):
+            return x
+        got = memo.get(x)
+        if got is None:
+            got = memo[x] = rebuild(x, (go_any(c) for c in children(x)))
+        return got
+
+    def go_any(c):
+        if isinstance(c, tuple):
+            return tuple(go_any(y) for y in c)
+        return go(c) if isinstance(c, Expr) else c
+
+    return go(e)
+
+
+def _subterms(x) -> set:
+    from .ir import meta
+
+    m = meta(x)
+    got = m.get("loop_subterms")
+    if got is None:
+        got = m["loop_subterms"] = frozenset(y for y in walk(x) if isinstance(y, Loop))
+    return got
+
+
+def loop_cost_parts(expr: Expr, context=((), None)) -> list:
+    """The loop-free parts whose Fig. 6 counts add up to the loop program's:
+    ``[(init, ctx), (body, ctx + t in [0, T)), (post, ctx)]`` (the body with
+    the state an input, costed at every step ``t``: ``Σ_t $⟦body⟧``)."""
+    sp = split(expr, "cost")
+    B0, P0 = tuple(context[0]), context[1]
+    body_t = subst(sp.loop.body, vals={sp.loop.svar: sp.state})
+    return [(sp.pre, (B0, P0)), (body_t, (B0 + ((sp.loop.ivar, sp.steps),), P0)), (sp.post, (B0, P0))]
+
+
+def loop_cost_carrier(expr: Expr) -> Expr:
+    """A loop-free term with the loop program's sizes (for the symbolic counts' isl parameters)."""
+    from .ir import Gen, Pair
+
+    sp = split(expr, "cost")
+    body_t = subst(sp.loop.body, vals={sp.loop.svar: sp.state})
+    return Pair(sp.pre, Pair(Gen(sp.loop.ivar, sp.steps, body_t), sp.post))
+
+
+def steps_at(sp: Split, sizes: dict) -> int:
+    return sp.steps.evaluate(sizes)
+
+
+# --------------------------------------------------------------------------
+# Checkpoint schedules (issue #17 item 2)
+
+
+def binomial_budget(policy, T: int) -> int:
+    """The snapshot budget ``s`` of a binomial policy at ``T`` steps (default
+    ``max(1, ceil(log2 T))``, giving ``O(log T)`` repetitions)."""
+    s = policy[1]
+    if s is None:
+        s = max(1, math.ceil(math.log2(T))) if T > 1 else 1
+    return s
+
+
+def repetitions(s: int, T: int) -> int:
+    """Revolve's repetition number: the least ``r`` with ``C(s + r, s) >= T``."""
+    r = 0
+    while math.comb(s + r, s) < T:
+        r += 1
+    return r
+
+
+@dataclass
+class Schedule:
+    """A reverse sweep as actions over ``T >= 1`` steps, run on one "current" state.
+
+    ``("store", slot, t)``: copy the current state ``s_t`` to checkpoint slot
+    ``slot``; ``("restore", slot, t)``: current := slot; ``("advance", t0,
+    t1)``: run the body from ``s_t0`` to ``s_t1``; ``("final",)``: the
+    current state is ``s_T`` (the value; the reverse sweep starts);
+    ``("reverse", t)``: one adjoint step of step ``t`` at the current state
+    ``s_t``.  ``slots``: peak stored states; ``forward_steps``: body
+    evaluations in all (the primal's ``T`` included); ``recomputed``: those
+    beyond ``T``."""
+
+    actions: list
+    slots: int
+    forward_steps: int
+
+    @property
+    def recomputed(self) -> int:
+        return self.forward_steps - self.steps
+
+    @property
+    def steps(self) -> int:
+        return sum(1 for a in self.actions if a[0] == "reverse")
+
+
+def _finish(acts: list) -> Schedule:
+    slots = 1 + max((a[1] for a in acts if a[0] == "store"), default=-1)
+    fwd = sum(a[2] - a[1] for a in acts if a[0] == "advance")
+    return Schedule(acts, slots, fwd)
+
+
+def schedule(policy, T: int) -> Schedule:
+    """The action list of a checkpoint policy at ``T >= 1`` steps (class doc)."""
+    acts: list = []
+    if policy == "all":
+        for t in range(T):
+            acts += [("store", t, t), ("advance", t, t + 1)]
+        acts.append(("final",))
+        for t in reversed(range(T)):
+            acts += [("restore", t, t), ("reverse", t)]
+        return _finish(acts)
+    if isinstance(policy, int):
+        k = policy
+        starts = list(range(0, T, k))
+        nseg = len(starts)
+        for j, t0 in enumerate(starts):
+            acts += [("store", j, t0), ("advance", t0, min(t0 + k, T))]
+        acts.append(("final",))
+        for j in reversed(range(nseg)):
+            t0 = starts[j]
+            t1 = min(t0 + k, T)
+            # recompute the segment: s_t0 is in slot j, s_t (t > t0) goes to slot nseg + t - t0 - 1
+            acts.append(("restore", j, t0))
+            for t in range(t0 + 1, t1):
+                acts += [("advance", t - 1, t), ("store", nseg + t - t0 - 1, t)]
+            for t in reversed(range(t0, t1)):
+                acts += [("restore", j if t == t0 else nseg + t - t0 - 1, t), ("reverse", t)]
+        return _finish(acts)
+    return _revolve(T, binomial_budget(policy, T))
+
+
+def _revolve(T: int, s: int) -> Schedule:
+    """Griewank's binomial schedule with ``s`` snapshots (slot 0 holds ``s_0``):
+    a range ``[a, b)`` holding ``s_a`` with ``c`` free slots has ``c + 1``
+    checkpoints and repetition number ``r`` (least with ``C(c+1+r, c+1) >=
+    b - a``); its snapshot goes where the right part, ``C(c + r, c)`` steps
+    long, can be reversed with ``c`` checkpoints, and the left part with
+    ``c + 1`` and ``r - 1`` repetitions (``C(c+1+r, c+1) = C(c+r, c+1) +
+    C(c+r, c)``).  The forward steps beyond the primal's are at most
+    ``r·T`` (Griewank and Walther, Revolve)."""
+    acts: list = [("store", 0, 0), ("advance", 0, T), ("final",)]
+
+    def rev(a: int, b: int, c: int, slot: int):
+        # s_a is in slot ``slot``; ``c`` further slots are free
+        if b - a == 1:
+            acts.extend((("restore", slot, a), ("reverse", a)))
+            return
+        if c == 0:  # no snapshot left: recompute from a for each step
+            for t in reversed(range(a, b)):
+                acts.append(("restore", slot, a))
+                if t > a:
+                    acts.append(("advance", a, t))
+                acts.append(("reverse", t))
+            return
+        # c + 1 checkpoints here (s_a's slot and c free): r repetitions
+        # reverse C(c + 1 + r, c + 1) steps; the right part gets c checkpoints
+        r = repetitions(c + 1, b - a)
+        right = max(1, min(math.comb(c + r, c), b - a - 1))
+        m = b - right
+        acts.extend((("restore", slot, a), ("advance", a, m), ("store", slot + 1, m)))
+        rev(m, b, c - 1, slot + 1)
+        rev(a, m, c, slot)
+
+    rev(0, T, s - 1, 0)
+    return _finish(acts)
