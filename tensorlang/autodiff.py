@@ -9,6 +9,15 @@
 * ``grad``, ``value_and_grad``, ``vjp``, ``jvp``: callables on named inputs,
   run through ``tensorlang.runtime.make_callable`` (compiled kernels once
   the backend provides them).
+
+One kernel per derivative callable (issue #13 item 5): the adjoint of a
+tensor-SSA program keeps the program's own bindings in front of the reverse
+pass (``let primal… in let adjoint… in cotangents``, Section 6.3), and the
+total derivative keeps each primal binding before its differential (rule
+6.16).  So ``value_and_grad``, ``jvp`` and ``vjp(..., with_value=True)``
+compile ONE program ``let primal… in let derivative… in (value, derivative)``:
+the primal is computed once and its residuals (the let-bound intermediates)
+are read by the derivative in the same kernel.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import numpy as np
 
 from . import bounds
 from .errors import InputError, TensorLangError, UnsupportedError, describe
-from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
+from .ir import REAL, Const, Expr, Pair, Var, free_vars, input_vars, lets, make_lets, relations_of, size_vars, subst
 from .typecheck import check_program, type_of
 
 MODES = ("sparse", "naive")
@@ -84,6 +93,29 @@ def _seed(expr: Expr, name: str) -> Var:
     return Var(name, 0, type_of(expr))
 
 
+def _transposed(ssa: Expr, xs, seed: Var, mode: str) -> Expr:
+    """The unsimplified adjoint of the tensor-SSA program ``ssa`` (Figs. 14-16, or the naive one)."""
+    from .passes.adjoint import transpose
+    from .passes.naive_adjoint import naive_transpose
+
+    return naive_transpose(ssa, xs, seed) if mode == "naive" else transpose(ssa, xs, seed)
+
+
+def with_primal(ssa: Expr, derived: Expr) -> Expr:
+    """``let B in (out, res)`` for ``ssa = let P in out`` and ``derived = let B in res``
+    where the derivative passes kept the primal bindings ``P`` in ``B`` (the
+    adjoint's ``let primal… in let adjoint…``, the total derivative's rule
+    6.16): the primal output is read off the derivative's own bindings, so the
+    value and the derivative share one program and every residual."""
+    binds, res = lets(derived)
+    _, out = lets(ssa)
+    bound = {v for v, _ in binds}
+    stray = [v for v in free_vars(out) if v.uid != 0 and v not in bound]
+    if stray:  # the derivative passes dropped a primal binding: never a wrong value
+        raise TensorLangError(f"internal: the derivative program does not bind {stray[0].name}, which the output reads")
+    return make_lets(binds, Pair(out, res))
+
+
 @deep
 def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", simplify: bool = True) -> Expr:
     """The adjoint derivative of ``expr`` as an expression with one new input,
@@ -93,8 +125,6 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     simplification.  ``mode="naive"``: dense one-hot transposition, no
     predicate propagation, no simplification (for comparison).
     """
-    from .passes.adjoint import transpose
-    from .passes.naive_adjoint import naive_transpose
     from .passes.simplify import simplify as simp
 
     _check_mode(mode)
@@ -102,12 +132,9 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
-    ssa = normalize_for_adjoint(expr)
-    if mode == "naive":
-        out = naive_transpose(ssa, xs, seed)
-    else:
-        out = transpose(ssa, xs, seed)
-        out = simp(out) if simplify else out
+    out = _transposed(normalize_for_adjoint(expr), xs, seed, mode)
+    if mode != "naive" and simplify:
+        out = simp(out)
     bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
     return out
 
@@ -180,23 +207,37 @@ def _unpack(val, n: int):
     return tuple(out)
 
 
-def _grad_program(loss: Expr, xs, mode: str) -> Expr:
-    from .passes.simplify import simplify as simp
-
-    if type_of(loss) is not REAL:
-        raise TensorLangError(
-            f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
-        )
+def _seed_name(loss: Expr) -> str:
     names = {v.name for v in input_vars(loss)}
     name = "dy"
     while name in names:
         name = "_" + name
-    # simplified once, after the seed is 1 (simplifying before as well did the work twice)
-    adj = adjoint(loss, xs, cotangent=name, mode=mode, simplify=False)
+    return name
+
+
+def _check_scalar(loss: Expr) -> None:
+    if type_of(loss) is not REAL:
+        raise TensorLangError(
+            f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
+        )
+
+
+def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False) -> Expr:
+    """``∇l`` (``(l, ∇l)`` with ``value=True``, one program sharing the primal)."""
+    from .passes.simplify import simplify as simp
+
+    _check_scalar(loss)
+    name = _seed_name(loss)
     seed = Var(name, 0, REAL)
-    # ∇l(x) = DT l(x, 1)  (RULES.md 5.1)
+    ssa = normalize_for_adjoint(loss)
+    adj = _transposed(ssa, xs, seed, mode)
+    if value:
+        adj = with_primal(ssa, adj)
+    # ∇l(x) = DT l(x, 1)  (RULES.md 5.1); simplified once, after the seed is 1
     out = subst(adj, vals={seed: Const(1)})
-    return simp(out) if mode == "sparse" else out
+    out = simp(out) if mode == "sparse" else out
+    bounds.inherit(out, loss)  # it runs only at sizes where the source's accesses are in range
+    return out
 
 
 @deep
@@ -217,41 +258,70 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse"):
 
 @deep
 def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
-    """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``."""
+    """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``: one kernel
+    computes the loss once and the gradient from its residuals."""
     _check_mode(mode)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    gprog = _Program(loss, _grad_program(loss, xs, mode), mode)
-    vprog = _Program(loss, loss, mode)
+    prog = _Program(loss, _grad_program(loss, xs, mode, value=True), mode)
 
     def vg(**inputs):
-        return vprog(inputs), _unpack(gprog(inputs), 1 if single else len(xs))
+        val, g = prog(inputs)
+        return val, _unpack(g, 1 if single else len(xs))
 
-    vg.program = gprog.prog
+    vg.program = prog.prog
     return vg
 
 
 @deep
-def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
-    """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the output cotangent ``dy``."""
+def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", with_value: bool = False):
+    """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the
+    output cotangent ``dy``; ``with_value=True`` gives ``(value, cotangents)``
+    from the same kernel (the adjoint computes the primal anyway)."""
+    from .passes.simplify import simplify as simp
+
     _check_mode(mode)
     check_program(expr)
     bounds.check_program(expr)
     xs, single = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
-    prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
+    if with_value:
+        ssa = normalize_for_adjoint(expr)
+        adj = with_primal(ssa, _transposed(ssa, xs, seed, mode))
+        adj = simp(adj) if mode == "sparse" else adj
+        bounds.inherit(adj, expr)
+    else:
+        adj = adjoint(expr, xs, cotangent=cotangent, mode=mode)
+    prog = _Program(expr, adj, mode, extra=(seed,))
+    k = 1 if single else len(xs)
 
     def f(**inputs):
-        return _unpack(prog(inputs), 1 if single else len(xs))
+        if with_value:
+            val, cts = prog(inputs)
+            return val, _unpack(cts, k)
+        return _unpack(prog(inputs), k)
 
     f.program = prog.prog
     return f
 
 
+def _jvp_program(expr: Expr, xs) -> Expr:
+    """``(e, D⟦e⟧σ)`` as one program: the total derivative of the tensor-SSA
+    form keeps every primal binding before its differential (rule 6.16)."""
+    from .passes.simplify import simplify as simp
+    from .passes.total_derivative import tangent_inputs, total_derivative
+
+    ssa = normalize_for_adjoint(expr)
+    out = simp(with_primal(ssa, total_derivative(ssa, tangent_inputs(expr, xs))))
+    bounds.inherit(out, expr)
+    return out
+
+
 @deep
 def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
-    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are named ``d<name>``."""
+    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are
+    named ``d<name>``.  One kernel computes both."""
     from .passes.total_derivative import tangent_inputs
 
     _check_mode(mode)
@@ -259,13 +329,12 @@ def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     tangents = list(tangent_inputs(expr, xs).values())
-    dprog = _Program(expr, derivative(expr, xs), mode, extra=tangents)
-    vprog = _Program(expr, expr, mode)
+    prog = _Program(expr, _jvp_program(expr, xs), mode, extra=tangents)
 
     def f(**inputs):
-        return vprog({k: v for k, v in inputs.items() if k not in dprog.extra}), dprog(inputs)
+        return prog(inputs)
 
-    f.program = dprog.prog
+    f.program = prog.prog
     return f
 
 
