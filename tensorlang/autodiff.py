@@ -8,7 +8,8 @@
   several); ``mode="naive"`` gives the dense textbook transposition instead;
 * ``grad``, ``value_and_grad``, ``vjp``, ``jvp``: callables on named inputs,
   run through ``tensorlang.runtime.make_callable`` (compiled kernels once
-  the backend provides them).
+  the backend provides them); ``threads=`` as for ``tl.compile`` (None:
+  chosen by the work, 1: single-threaded, k: k threads).
 
 One kernel per derivative callable (issue #13 item 5): the adjoint of a
 tensor-SSA program keeps the program's own bindings in front of the reverse
@@ -151,7 +152,7 @@ class _Program:
     not use are not passed on.
     """
 
-    def __init__(self, source: Expr, prog: Expr, mode: str, extra=()):
+    def __init__(self, source: Expr, prog: Expr, mode: str, extra=(), threads=None):
         from .runtime import make_callable
 
         self.source = source
@@ -161,7 +162,7 @@ class _Program:
         if _DEBUG:  # and the derived program's own accesses, as a check of the passes
             bounds.check_program(prog)
         self.extra = {v.name: v for v in extra}
-        self.fn = make_callable(prog, mode=mode)
+        self.fn = make_callable(prog, mode=mode, threads=threads)
         self.inputs = {v.name for v in input_vars(prog)}
         self.sizes = {s.name for s in size_vars(prog)}
         self.rels = {r.name for r in relations_of(prog)}
@@ -241,13 +242,13 @@ def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False) -> Expr:
 
 
 @deep
-def grad(loss: Expr, wrt, *, mode: str = "sparse"):
+def grad(loss: Expr, wrt, *, mode: str = "sparse", threads=None):
     """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``)."""
     _check_mode(mode)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    prog = _Program(loss, _grad_program(loss, xs, mode), mode)
+    prog = _Program(loss, _grad_program(loss, xs, mode), mode, threads=threads)
 
     def g(**inputs):
         return _unpack(prog(inputs), 1 if single else len(xs))
@@ -257,14 +258,14 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse"):
 
 
 @deep
-def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
+def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse", threads=None):
     """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``: one kernel
     computes the loss once and the gradient from its residuals."""
     _check_mode(mode)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    prog = _Program(loss, _grad_program(loss, xs, mode, value=True), mode)
+    prog = _Program(loss, _grad_program(loss, xs, mode, value=True), mode, threads=threads)
 
     def vg(**inputs):
         val, g = prog(inputs)
@@ -275,7 +276,7 @@ def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
 
 
 @deep
-def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", with_value: bool = False):
+def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", with_value: bool = False, threads=None):
     """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the
     output cotangent ``dy``; ``with_value=True`` gives ``(value, cotangents)``
     from the same kernel (the adjoint computes the primal anyway)."""
@@ -293,7 +294,7 @@ def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", with_va
         bounds.inherit(adj, expr)
     else:
         adj = adjoint(expr, xs, cotangent=cotangent, mode=mode)
-    prog = _Program(expr, adj, mode, extra=(seed,))
+    prog = _Program(expr, adj, mode, extra=(seed,), threads=threads)
     k = 1 if single else len(xs)
 
     def f(**inputs):
@@ -319,7 +320,7 @@ def _jvp_program(expr: Expr, xs) -> Expr:
 
 
 @deep
-def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
+def jvp(expr: Expr, wrt, *, mode: str = "sparse", threads=None):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are
     named ``d<name>``.  One kernel computes both."""
     from .passes.total_derivative import tangent_inputs
@@ -329,7 +330,7 @@ def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     tangents = list(tangent_inputs(expr, xs).values())
-    prog = _Program(expr, _jvp_program(expr, xs), mode, extra=tangents)
+    prog = _Program(expr, _jvp_program(expr, xs), mode, extra=tangents, threads=threads)
 
     def f(**inputs):
         return prog(inputs)

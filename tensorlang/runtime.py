@@ -111,6 +111,9 @@ def _worth_compiling(expr: Expr, inputs: dict) -> bool:
 def make_callable(expr: Expr, *, mode: str = "sparse", runtime: str | None = None, **options):
     """A callable running ``expr`` (see module doc); ``options``: ``threads``."""
     r = runtime_choice(runtime)
+    threads = options.get("threads")
+    if threads is not None and (type(threads) is not int or threads < 1):
+        raise TensorLangError(f"threads must be None or a positive int, got {threads!r}")
     if r == "evaluator":
         return EvaluatorKernel(expr, mode)
     return LazyKernel(expr, mode, options.get("threads"), r)

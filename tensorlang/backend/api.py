@@ -17,10 +17,17 @@ promotes.  Python floats are "weak" (NumPy 2's rule): they never decide the
 precision.  Each precision is its own kernel (compiled on first use, its
 own cache entry).  Sizes must be at most ``domains.MAX_SIZE`` (2**40).
 
-``threads``: None picks the parallel variant (``prange`` outer gen loops)
-when the kernel's outer gen domains hold at least ``PARALLEL_MIN`` points
-and the machine has at least ``PARALLEL_MIN_CPUS`` cores, else the serial
-one; 1 always runs serially; k > 1 runs the parallel variant on k threads.
+``threads`` (issue #13 item 4): None picks the parallel variant
+(``prange`` outer gen loops, top-level reductions split into per-thread
+partial sums: codegen.py) when the machine has at least
+``PARALLEL_MIN_CPUS`` cores and the kernel's work (``work_points``: the
+points of its top-level gen and sum nests at the call's sizes) is at least
+``PARALLEL_MIN``, on every core Numba has; 1 always runs the serial
+variant; k > 1 runs the parallel variant on k threads (capped at Numba's
+pool).  A given thread count always gives the same result; ``threads=1``
+the single-thread one exactly.  The automatic choice also runs serially
+while the machine's load average leaves no core free (``cores_free``): on a
+shared machine a parallel kernel waits for preempted threads.
 The one exception to "compiled": a kernel whose in-bounds proof needed every
 size >= 1 (``x[n - 1]`` unguarded) is called with a zero size; the reference
 evaluator then decides (it reports the bad access, or computes the value
@@ -42,11 +49,18 @@ from . import cache as _cache
 from .dispatch import check_finite, finite_checks, remember, signature
 from .domains import MAX_SIZE
 
+# Measured on the 2-core development machine (benchmarks/parallel_bench.py,
+# deconvolution and 5-point Laplacian losses and gradients, threads=2 vs 1):
+# when both cores were free, two threads won from about 1.6e4 work points
+# (1.5-2x) and lost below (thread wake-up costs 10-30 us).
 PARALLEL_MIN = 1 << 15
-# On 2 cores the memory-bound kernels measured slower with prange than
-# serially (thread start-up, and cores shared with other work); threads=k
-# still asks for the parallel variant explicitly.
-PARALLEL_MIN_CPUS = 4
+PARALLEL_MIN_CPUS = 2
+# On the same machine under load (other processes runnable on every core),
+# a two-thread kernel waits for a preempted thread's time slice: 10-40 ms
+# medians where one thread took 1 ms.  So the automatic choice also needs a
+# core to spare: the 1-minute load average at most cpus - IDLE_MARGIN.
+IDLE_MARGIN = 0.5
+CODEGEN_VERSION = "s3-par1"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
@@ -60,7 +74,7 @@ def key_options(expr: Expr, mode: str, dtype: str) -> str:
     from ..functions import registered
     from .scalars import fingerprint
 
-    parts = [mode, dtype, f"numba={numba.__version__}", f"islpy={islpy.VERSION_TEXT}"]
+    parts = [mode, dtype, f"numba={numba.__version__}", f"islpy={islpy.VERSION_TEXT}", f"codegen={CODEGEN_VERSION}"]
     names = set()
     for n in walk(expr):
         if isinstance(n, Call):
@@ -142,21 +156,17 @@ class Kernel:
         return self.lowered()[0]
 
     def _function(self, mod, spec, sizes: dict):
+        """(entry, threads): threads None runs ``kernel_serial``; an int k > 0
+        runs ``kernel_parallel`` on k threads; 0 on Numba's current count."""
         if self.python:
             return mod.kernel_serial, None
         par = getattr(mod, "kernel_parallel", None)
         if par is None or self.threads == 1:
             return mod.kernel_serial, None
         if self.threads is None:
-            work = 0
-            for dims in spec["work"]:
-                pts = 1
-                for terms, const in dims:
-                    pts *= max(0, const + sum(c * sizes[s] for s, c in terms))
-                work = max(work, pts)
-            if work < PARALLEL_MIN or (os.cpu_count() or 1) < PARALLEL_MIN_CPUS:
+            if (os.cpu_count() or 1) < PARALLEL_MIN_CPUS or work_points(self.prepared, sizes) < PARALLEL_MIN:
                 return mod.kernel_serial, None
-            return par, None
+            return par, 0  # threads 0: decided per call (cores_free)
         return par, int(self.threads)
 
     def _temporaries(self, temps, dtype) -> list:
@@ -217,7 +227,7 @@ class Kernel:
             self._type = type_of_expr(self.expr)
         return _Plan(
             [np.int64(sizes[s]) for s in spec["sizes"]], list(spec["inputs"]), dtype, temps, fn, threads,
-            finite_checks(self.expr, inputs), spec, self._type,
+            finite_checks(self.expr, inputs), spec, self._type, getattr(var.module, "kernel_serial", None),
         )
 
     def _run(self, plan: "_Plan", values: dict, rels):
@@ -241,12 +251,19 @@ class Kernel:
         if threads is not None:
             import numba
 
-            old = numba.get_num_threads()
-            numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-            try:
-                res = fn(*args)
-            finally:
-                numba.set_num_threads(old)
+            if threads == 0 and not cores_free():  # the automatic choice, on a busy machine
+                res = plan.serial(*args)
+            elif threads == 0:  # the automatic choice: every thread Numba has now
+                k = numba.get_num_threads()
+                res = fn(*args, np.int64(k))
+            else:
+                old = numba.get_num_threads()
+                k = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+                numba.set_num_threads(k)
+                try:
+                    res = fn(*args, np.int64(k))  # the chunk count of split reductions
+                finally:
+                    numba.set_num_threads(old)
         elif self.python:
             with np.errstate(all="ignore"):  # NumPy scalars: IEEE values, as in Numba
                 res = fn(*args)
@@ -258,11 +275,46 @@ class Kernel:
 class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
-    __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type")
+    __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial")
 
-    def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_):
+    def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
         self.fn, self.threads, self.checks, self.spec, self.type = fn, threads, checks, spec, type_
+        self.serial = serial  # the single-thread entry (the automatic choice on a busy machine)
+
+
+def cores_free() -> bool:
+    """Is a core idle enough for a parallel kernel (see ``IDLE_MARGIN``)?"""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this system: trust the core count
+        return True
+    return load <= (os.cpu_count() or 1) - IDLE_MARGIN
+
+
+def work_points(prepared: Expr, sizes: dict) -> int:
+    """The points of the program's top-level loop nests at ``sizes``: for each
+    binding, its gen extents times the extents of the sums directly under
+    them (brackets ignored: an upper bound of the work the loops visit)."""
+    from ..ir import Iverson, gens, lets, sums
+
+    def at(n) -> int:
+        return max(0, n.const + sum(c * sizes.get(sym.name, 0) for sym, c in n.terms))
+
+    binds, out = lets(prepared)
+    total = 0
+    for rhs in [e for _, e in binds] + [out]:
+        gb, body = gens(rhs)
+        while isinstance(body, Iverson):
+            body = body.body
+        sb, _ = sums(body)
+        if not gb and not sb:
+            continue
+        pts = 1
+        for _, n in gb + sb:
+            pts *= at(n)
+        total += pts
+    return total
 
 
 def _at(dims, sizes) -> int:
@@ -389,7 +441,7 @@ compile_source = compile  # the builtin, before the public name below shadows it
 def _check_options(expr, mode, threads):
     if mode not in ("sparse", "naive"):
         raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
+    if threads is not None and (type(threads) is not int or threads < 1):
         raise TensorLangError(f"threads must be None or a positive int, got {threads!r}")
     if not isinstance(expr, Expr):
         raise TensorLangError(f"tl.compile needs a tensorlang expression, got {type(expr).__name__}")
