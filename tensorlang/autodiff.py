@@ -35,6 +35,8 @@ from .ir import REAL, Const, Expr, Pair, Var, free_vars, input_vars, lets, make_
 from .typecheck import check_program, type_of
 
 MODES = ("sparse", "naive")
+ADJOINTS = ("sparse", "naive")  # the derivative rules: Figs. 14-16 + simplify, or dense one-hot
+LOOPS = ("sparse", "box")  # the kernel's loops: isl-narrowed, or full boxes testing predicates inside
 _DEBUG = os.environ.get("TENSORLANG_DEBUG", "") not in ("", "0")
 
 
@@ -54,6 +56,28 @@ def _wrt_list(wrt):
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise TensorLangError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def options(mode=None, adjoint=None, loops=None) -> tuple:
+    """``(adjoint, loops)`` of a derivative callable (issue #13 item 8).
+
+    ``adjoint="naive"`` asks for the dense one-hot adjoint, compiled with the
+    same backend and isl-narrowed loops as the sparse one (so comparing the
+    two measures the adjoint alone); ``loops="box"`` runs every loop over its
+    full box and tests its predicate inside.  ``mode`` is the older spelling
+    of both at once: ``mode="naive"`` is ``adjoint="naive", loops="box"``."""
+    if mode is not None:
+        _check_mode(mode)
+        if adjoint is not None or loops is not None:
+            raise TensorLangError("mode= is the older spelling of adjoint= and loops= together: pass mode= or those, not both")
+        return (mode, "box" if mode == "naive" else "sparse")
+    adjoint = "sparse" if adjoint is None else adjoint
+    loops = "sparse" if loops is None else loops
+    if adjoint not in ADJOINTS:
+        raise TensorLangError(f"adjoint must be one of {ADJOINTS}, got {adjoint!r}")
+    if loops not in LOOPS:
+        raise TensorLangError(f"loops must be one of {LOOPS}, got {loops!r}")
+    return adjoint, loops
 
 
 def normalize_for_adjoint(expr: Expr) -> Expr:
@@ -152,7 +176,7 @@ class _Program:
     not use are not passed on.
     """
 
-    def __init__(self, source: Expr, prog: Expr, mode: str, extra=(), threads=None):
+    def __init__(self, source: Expr, prog: Expr, loops: str, extra=(), threads=None):
         from .runtime import make_callable
 
         self.source = source
@@ -162,7 +186,7 @@ class _Program:
         if _DEBUG:  # and the derived program's own accesses, as a check of the passes
             bounds.check_program(prog)
         self.extra = {v.name: v for v in extra}
-        self.fn = make_callable(prog, mode=mode, threads=threads)
+        self.fn = make_callable(prog, loops=loops, threads=threads)
         self.inputs = {v.name for v in input_vars(prog)}
         self.sizes = {s.name for s in size_vars(prog)}
         self.rels = {r.name for r in relations_of(prog)}
@@ -223,6 +247,9 @@ def _check_scalar(loss: Expr) -> None:
         )
 
 
+_adjoint_expr = adjoint  # vjp's keyword ``adjoint`` shadows the function there
+
+
 def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False) -> Expr:
     """``∇l`` (``(l, ∇l)`` with ``value=True``, one program sharing the primal)."""
     from .passes.simplify import simplify as simp
@@ -242,13 +269,14 @@ def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False) -> Expr:
 
 
 @deep
-def grad(loss: Expr, wrt, *, mode: str = "sparse", threads=None):
-    """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``)."""
-    _check_mode(mode)
+def grad(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
+    """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``);
+    ``adjoint=``, ``loops=`` (or the older ``mode=``): see :func:`options`."""
+    adj, lp = options(mode, adjoint, loops)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    prog = _Program(loss, _grad_program(loss, xs, mode), mode, threads=threads)
+    prog = _Program(loss, _grad_program(loss, xs, adj), lp, threads=threads)
 
     def g(**inputs):
         return _unpack(prog(inputs), 1 if single else len(xs))
@@ -258,14 +286,14 @@ def grad(loss: Expr, wrt, *, mode: str = "sparse", threads=None):
 
 
 @deep
-def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse", threads=None):
+def value_and_grad(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
     """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``: one kernel
     computes the loss once and the gradient from its residuals."""
-    _check_mode(mode)
+    adj, lp = options(mode, adjoint, loops)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    prog = _Program(loss, _grad_program(loss, xs, mode, value=True), mode, threads=threads)
+    prog = _Program(loss, _grad_program(loss, xs, adj, value=True), lp, threads=threads)
 
     def vg(**inputs):
         val, g = prog(inputs)
@@ -276,25 +304,26 @@ def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse", threads=None):
 
 
 @deep
-def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", with_value: bool = False, threads=None):
+def vjp(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangent: str = "dy", with_value: bool = False,
+        threads=None):
     """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the
     output cotangent ``dy``; ``with_value=True`` gives ``(value, cotangents)``
     from the same kernel (the adjoint computes the primal anyway)."""
     from .passes.simplify import simplify as simp
 
-    _check_mode(mode)
+    kind, lp = options(mode, adjoint, loops)
     check_program(expr)
     bounds.check_program(expr)
     xs, single = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
     if with_value:
         ssa = normalize_for_adjoint(expr)
-        adj = with_primal(ssa, _transposed(ssa, xs, seed, mode))
-        adj = simp(adj) if mode == "sparse" else adj
+        adj = with_primal(ssa, _transposed(ssa, xs, seed, kind))
+        adj = simp(adj) if kind == "sparse" else adj
         bounds.inherit(adj, expr)
     else:
-        adj = adjoint(expr, xs, cotangent=cotangent, mode=mode)
-    prog = _Program(expr, adj, mode, extra=(seed,), threads=threads)
+        adj = _adjoint_expr(expr, xs, cotangent=cotangent, mode=kind)
+    prog = _Program(expr, adj, lp, extra=(seed,), threads=threads)
     k = 1 if single else len(xs)
 
     def f(**inputs):
@@ -320,17 +349,18 @@ def _jvp_program(expr: Expr, xs) -> Expr:
 
 
 @deep
-def jvp(expr: Expr, wrt, *, mode: str = "sparse", threads=None):
+def jvp(expr: Expr, wrt, *, mode=None, loops=None, threads=None):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are
-    named ``d<name>``.  One kernel computes both."""
+    named ``d<name>``.  One kernel computes both.  (Forward mode has no
+    adjoint: ``mode="naive"`` only means ``loops="box"``.)"""
     from .passes.total_derivative import tangent_inputs
 
-    _check_mode(mode)
+    _, lp = options(mode, None, loops)
     check_program(expr)
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     tangents = list(tangent_inputs(expr, xs).values())
-    prog = _Program(expr, _jvp_program(expr, xs), mode, extra=tangents, threads=threads)
+    prog = _Program(expr, _jvp_program(expr, xs), lp, extra=tangents, threads=threads)
 
     def f(**inputs):
         return prog(inputs)

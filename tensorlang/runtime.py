@@ -1,7 +1,9 @@
 """How programs run: one entry point shared by tl.compile, tl.grad, tl.vjp, tl.jvp.
 
-``make_callable(expr, mode=..., runtime=None, threads=None)`` returns a
-callable taking the program's inputs by keyword.  The backend compiles every
+``make_callable(expr, loops="sparse"|"box", runtime=None, threads=None)``
+returns a callable taking the program's inputs by keyword (``loops``: the
+kernel's loops, isl-narrowed or full boxes; ``mode="naive"`` is the older
+spelling of ``loops="box"``).  The backend compiles every
 program of the language (paper Section 4.3; ``tensorlang.backend``); a
 program it cannot lower is an UnsupportedError naming the sub-expression,
 never a silent switch to the reference evaluator.
@@ -108,8 +110,12 @@ def _worth_compiling(expr: Expr, inputs: dict) -> bool:
     return any(v >= COMPILE_MIN_SIZE for v in vals) or prod >= COMPILE_MIN_PRODUCT
 
 
-def make_callable(expr: Expr, *, mode: str = "sparse", runtime: str | None = None, **options):
+def make_callable(expr: Expr, *, mode: str | None = None, loops: str | None = None, runtime: str | None = None,
+                  **options):
     """A callable running ``expr`` (see module doc); ``options``: ``threads``."""
+    from .backend.api import lowering_mode
+
+    mode = lowering_mode(mode, loops)
     r = runtime_choice(runtime)
     threads = options.get("threads")
     if threads is not None and (type(threads) is not int or threads < 1):

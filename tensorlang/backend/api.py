@@ -438,6 +438,25 @@ class _PyModule:
 compile_source = compile  # the builtin, before the public name below shadows it
 
 
+LOOPS = ("sparse", "box")
+
+
+def lowering_mode(mode=None, loops=None) -> str:
+    """The lowering's mode for ``loops=`` (issue #13 item 8): "sparse" loops are
+    narrowed by isl, "box" loops run over full boxes and test predicates
+    inside (the lowering's "naive" mode).  ``mode`` is the older spelling:
+    "naive" means ``loops="box"``."""
+    if mode is not None and mode not in ("sparse", "naive"):
+        raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive' (or loops='sparse'|'box')")
+    if loops is not None and loops not in LOOPS:
+        raise TensorLangError(f"loops must be one of {LOOPS}, got {loops!r}")
+    if mode is not None and loops is not None and (mode == "naive") != (loops == "box"):
+        raise TensorLangError(f"mode={mode!r} contradicts loops={loops!r}: mode='naive' is loops='box'")
+    if loops is not None:
+        return "naive" if loops == "box" else "sparse"
+    return mode or "sparse"
+
+
 def _check_options(expr, mode, threads):
     if mode not in ("sparse", "naive"):
         raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
@@ -461,11 +480,14 @@ def python_kernel(expr: Expr, mode: str = "sparse") -> Kernel:
     return k
 
 
-def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: A001 - the public name
+def compile(expr: Expr, mode: str | None = None, threads=None, *, loops: str | None = None) -> Kernel:  # noqa: A001
     """Compile ``expr`` to a kernel (see module doc); the float64 kernel is
-    built now, so a program the backend cannot lower is refused here."""
+    built now, so a program the backend cannot lower is refused here.
+    ``loops="sparse"`` (default) or ``"box"``; ``mode="naive"`` is the older
+    spelling of ``loops="box"``."""
     from .prepare import prepare
 
+    mode = lowering_mode(mode, loops)
     _check_options(expr, mode, threads)
     k = Kernel(expr, mode, threads, prepare(expr))
     k.variant("float64")
