@@ -168,6 +168,16 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
 # Callables
 
 
+_dispatch = None  # (check_finite, signature), imported on the first call (a per-call import costs ~1 us)
+
+
+def _load_dispatch() -> None:
+    global _dispatch
+    from .backend.dispatch import check_finite, signature
+
+    _dispatch = (check_finite, signature)
+
+
 class _Program:
     """A derived program run on the inputs of the original one.
 
@@ -190,16 +200,31 @@ class _Program:
         self.inputs = {v.name for v in input_vars(prog)}
         self.sizes = {s.name for s in size_vars(prog)}
         self.rels = {r.name for r in relations_of(prog)}
-        self._plans: dict = {}  # call signature -> (sizes passed on, finiteness checks)
+        # call signature -> (sizes passed on, finiteness checks, fast entry or None)
+        self._plans: dict = {}
         self._plannable = not relations_of(source)
 
-    @deep
     def __call__(self, kwargs: dict):
-        from .backend.dispatch import check_finite, finite_checks, remember, signature
-
+        if _dispatch is None:
+            _load_dispatch()
+        check_finite, signature = _dispatch
         sig = signature(kwargs) if self._plannable else None
         plan = self._plans.get(sig) if sig is not None else None
+        if plan is not None and plan[2] is not None:
+            # validated once for this signature: one finiteness pass over every
+            # input, then the kernel's own plan (no second signature, no kwargs)
+            run, kplan, checks = plan[2]
+            check_finite(kwargs, checks)
+            return run(kplan, kwargs, None)
+        return self._call(kwargs, sig, plan)
+
+    @deep
+    def _call(self, kwargs: dict, sig, plan):
+        from .backend.dispatch import finite_checks, remember, signature
+
         if plan is not None:  # this signature passed the checks below once (backend/dispatch.py)
+            from .backend.dispatch import check_finite
+
             check_finite(kwargs, plan[1])
             call_sizes = plan[0]
         else:
@@ -215,10 +240,18 @@ class _Program:
             if sig is not None:
                 # the inputs passed on are checked by the kernel's own plan
                 checks = tuple(c for c in finite_checks(self.source, src_kw) if c[0] not in self.inputs)
-                remember(self._plans, sig, (call_sizes, checks))
+                plan = (call_sizes, checks, None)
+                remember(self._plans, sig, plan)
         call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
         call.update(call_sizes)
-        return self.fn(**call)
+        out = self.fn(**call)
+        if sig is not None and plan is not None:
+            entry = getattr(self.fn, "planned_entry", None)
+            got = entry(call) if entry is not None else None
+            if got is not None:  # the kernel planned this call: later calls go straight to it
+                run, kplan = got
+                remember(self._plans, sig, (plan[0], plan[1], (run, kplan, plan[1] + tuple(kplan.checks))))
+        return out
 
 
 def _unpack(val, n: int):

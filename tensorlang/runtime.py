@@ -76,8 +76,18 @@ class LazyKernel:
         """Have calls run a compiled kernel (False before the first call that compiles)?"""
         return self._impl is not None
 
+    def planned_entry(self, inputs: dict):
+        """``(run, plan)`` when the compiled kernel holds a validated plan for
+        this call's signature (``run(plan, inputs, None)`` calls it), else None."""
+        if self._impl is None:
+            return None
+        return self._impl.planned_entry(inputs)
+
     def __call__(self, **inputs):
-        if self._impl is None and self.runtime == "auto" and not _worth_compiling(self.expr, inputs):
+        impl = self._impl
+        if impl is not None:
+            return impl(**inputs)
+        if self.runtime == "auto" and not _worth_compiling(self.expr, inputs):
             from .backend.api import as_float32, precision
 
             out = evaluate(self.expr, **inputs)

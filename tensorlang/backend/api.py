@@ -174,13 +174,28 @@ class Kernel:
         pool = getattr(self._pool, "arrays", None)
         if pool is None:
             pool = self._pool.arrays = {}
+        got = pool.get((dtype, temps))  # this thread's arrays for these shapes, as last time
+        if got is not None:
+            return got
         out = []
         for name, shape in temps:
             arr = pool.get((name, dtype))
             if arr is None or arr.shape != shape:
                 arr = pool[(name, dtype)] = np.empty(shape, dtype=dtype)
             out.append(arr)
+        if len(pool) > 256:  # shapes seen by many signatures: start afresh
+            pool.clear()
+        pool[(dtype, temps)] = out
         return out
+
+    def planned_entry(self, inputs: dict):
+        """``(run, plan)`` for a call whose signature was validated before
+        (``run(plan, inputs, None)`` runs it), else None (dispatch.py)."""
+        if not self._plannable or self.python:
+            return None
+        sig = signature(inputs)
+        plan = self._plans.get(sig) if sig is not None else None
+        return None if plan is None else (self._run, plan)
 
     def __call__(self, **inputs):
         sig = signature(inputs) if self._plannable and not self.python else None
@@ -219,27 +234,41 @@ class Kernel:
         """What a call with these (validated) sizes and precision passes to the kernel."""
         spec = var.spec
         fn, threads = self._function(var.module, spec, sizes)
-        temps = [
+        temps = tuple(
             (name, tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims))
             for name, dims in spec.get("temporaries", [])
-        ]
+        )
         if self._type is None:
             self._type = type_of_expr(self.expr)
-        return _Plan(
+        plan = _Plan(
             [np.int64(sizes[s]) for s in spec["sizes"]], list(spec["inputs"]), dtype, temps, fn, threads,
             finite_checks(self.expr, inputs), spec, self._type, getattr(var.module, "kernel_serial", None),
         )
+        plan.build = _builder(spec["outputs"], self._type, dtype)
+        if not (spec["relations"] or spec.get("dense_relations")) and not self.python:
+            plan.direct = _direct(plan.leaves, inputs, dtype)
+        return plan
 
     def _run(self, plan: "_Plan", values: dict, rels):
         """Call the kernel: ``values`` name -> input, ``rels`` name -> dense relation."""
         dtype = plan.dtype
         spec = plan.spec
-        args = list(plan.size_args)
-        for name, path, rank in plan.leaves:
-            val = values[name]
-            for k in path:
-                val = val[k]
-            args.append(np.ascontiguousarray(val, dtype=dtype) if rank else dtype(val))
+        direct = plan.direct
+        if direct is not None and plan.threads is None:
+            # the common case: inputs already the kernel's arrays, one thread
+            args = plan.size_args + [values[name] for name in direct]
+            if plan.temps:
+                args += self._temporaries(plan.temps, dtype)
+            return plan.build(plan.fn(*args))
+        if direct is not None:  # this signature's inputs are already the kernel's arrays
+            args = plan.size_args + [values[name] for name in direct]
+        else:
+            args = list(plan.size_args)
+            for name, path, rank in plan.leaves:
+                val = values[name]
+                for k in path:
+                    val = val[k]
+                args.append(np.ascontiguousarray(val, dtype=dtype) if rank else dtype(val))
         if spec["relations"] or spec.get("dense_relations"):
             for name, perm, ptrs, cols in spec["relations"]:
                 args += _relation_arrays(rels[name], perm, ptrs, cols)
@@ -269,18 +298,21 @@ class Kernel:
                 res = fn(*args)
         else:
             res = fn(*args)
-        return _aos(_rebuild(spec["outputs"], res, dtype), plan.type, dtype)
+        return plan.build(res)
 
 
 class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
-    __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial")
+    __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial",
+                 "direct", "build")
 
     def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
         self.fn, self.threads, self.checks, self.spec, self.type = fn, threads, checks, spec, type_
         self.serial = serial  # the single-thread entry (the automatic choice on a busy machine)
+        self.direct = None  # input names passed on as they are (``_direct``), else None
+        self.build = None  # kernel results -> the program's value (``_builder``)
 
 
 def cores_free() -> bool:
@@ -315,6 +347,42 @@ def work_points(prepared: Expr, sizes: dict) -> int:
             pts *= at(n)
         total += pts
     return total
+
+
+def _direct(leaves, inputs: dict, dtype):
+    """The input names to pass to the kernel unchanged, when every leaf is a
+    whole C-contiguous array of the kernel's precision or (float64) a Python
+    float; else None.  The call signature (dispatch.py) fixes dtype, shape
+    and contiguity, so this holds for every call of the plan."""
+    names = []
+    for name, path, rank in leaves:
+        v = inputs.get(name)
+        if path:
+            return None
+        if rank:
+            if type(v) is not np.ndarray or v.dtype != dtype or not v.flags.c_contiguous:
+                return None
+        elif not (type(v) is float and dtype is np.float64):
+            return None
+        names.append(name)
+    return names
+
+
+def _builder(out_spec, t, dtype):
+    """A function from the kernel's result tuple to the program's value, made
+    once per plan (what ``_aos(_rebuild(...))`` computes, without walking the
+    spec on every call)."""
+    if out_spec[0] == "pair" and isinstance(t, PairT):
+        f, g = _builder(out_spec[1], t.fst, dtype), _builder(out_spec[2], t.snd, dtype)
+        return lambda res: (f(res), g(res))
+    if out_spec[0] == "leaf" and isinstance(t, RealT):
+        k = out_spec[1]
+        conv = float if dtype is np.float64 else np.float32
+        return lambda res: conv(res[k])
+    if out_spec[0] == "leaf" and isinstance(t, TensorT) and not _pairlike(t.elem):
+        k = out_spec[1]
+        return lambda res: res[k]
+    return lambda res: _aos(_rebuild(out_spec, res, dtype), t, dtype)
 
 
 def _at(dims, sizes) -> int:
