@@ -45,10 +45,18 @@ def chunked_sum_of_squares(xs: np.ndarray, T: int) -> float:
     return acc
 
 
+def rounding_sensitive(n: int, seed: int = 0) -> np.ndarray:
+    """Values whose sum of squares depends on the order of additions."""
+    for s in range(seed, seed + 20):  # the first seed whose two orders differ
+        xs = np.random.default_rng(s).standard_normal(n)
+        if chunked_sum_of_squares(xs, 1) != chunked_sum_of_squares(xs, 2):
+            return xs
+    raise AssertionError("no rounding-sensitive data found")
+
+
 def test_split_reduction_has_the_chunked_order_exactly():
     loss, _ = sumsq()
-    rng = np.random.default_rng(0)
-    xs = rng.standard_normal(1001) * 10.0 ** rng.integers(-8, 8, 1001)  # rounding-sensitive
+    xs = rounding_sensitive(1001)
     k1, k2 = tl.compile(loss, threads=1), tl.compile(loss, threads=2)
     serial, par = k1(x=xs), k2(x=xs)
     assert serial == chunked_sum_of_squares(xs, 1)
@@ -139,7 +147,7 @@ def test_work_points_by_hand():
 
 def test_automatic_choice_uses_both_cores_when_large_and_free(monkeypatch):
     loss, _ = sumsq()
-    xs = np.arange(1.0, 5001.0)
+    xs = rounding_sensitive(5000, seed=3)
     monkeypatch.setattr(backend_api, "PARALLEL_MIN", 4096)
     monkeypatch.setattr(backend_api, "cores_free", lambda: True)
     monkeypatch.setattr(backend_api.os, "cpu_count", lambda: 2)
@@ -149,7 +157,7 @@ def test_automatic_choice_uses_both_cores_when_large_and_free(monkeypatch):
 
     assert got == chunked_sum_of_squares(xs, numba.get_num_threads())
     # small work: serial, the single-thread order
-    assert k(x=xs[:100]) == chunked_sum_of_squares(xs[:100], 1)
+    assert k(x=xs[:1000]) == chunked_sum_of_squares(xs[:1000], 1)
     # a busy machine: serial as well
     monkeypatch.setattr(backend_api, "cores_free", lambda: False)
     k2 = tl.compile(loss)
@@ -163,3 +171,20 @@ def test_threads_must_be_a_positive_int(bad):
         tl.grad(loss, wrt=x, threads=bad)
     with pytest.raises(tl.TensorLangError, match="threads"):
         tl.compile(loss, threads=bad)
+
+
+def test_automatic_choice_is_serial_when_numba_has_one_thread(monkeypatch):
+    import numba
+
+    loss, _ = sumsq()
+    xs = rounding_sensitive(5000, seed=3)
+    monkeypatch.setattr(backend_api, "PARALLEL_MIN", 4096)
+    monkeypatch.setattr(backend_api, "cores_free", lambda: True)
+    monkeypatch.setattr(backend_api.os, "cpu_count", lambda: 2)
+    k = tl.compile(loss)
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        assert k(x=xs) == chunked_sum_of_squares(xs, 1)
+    finally:
+        numba.set_num_threads(old)

@@ -280,10 +280,12 @@ class Kernel:
         if threads is not None:
             import numba
 
-            if threads == 0 and not cores_free():  # the automatic choice, on a busy machine
+            k = numba.get_num_threads() if threads == 0 else 0
+            if threads == 0 and (k < 2 or not cores_free()):
+                # the automatic choice with one thread allowed (NUMBA_NUM_THREADS=1,
+                # numba.set_num_threads(1)) or on a busy machine: the serial kernel
                 res = plan.serial(*args)
             elif threads == 0:  # the automatic choice: every thread Numba has now
-                k = numba.get_num_threads()
                 res = fn(*args, np.int64(k))
             else:
                 old = numba.get_num_threads()
