@@ -5,8 +5,8 @@ and splits a top-level reduction into ``T`` contiguous chunks (``T`` the
 thread count) whose partial sums are added in chunk order.  Checked here:
 
 * the split reduction's exact floating-point value, computed independently
-  in Python with the same chunks (bitwise equal), and different from no
-  rule of NumPy's by more than rounding;
+  in Python with the same chunks and lanes (bitwise equal), and within
+  rounding of NumPy's;
 * the same thread count gives bitwise the same result on every call;
   ``threads=1`` is the serial kernel;
 * gradients with two threads against NumPy;
@@ -31,17 +31,37 @@ def sumsq():
     return tl.sum(n, lambda i: x[i] * x[i]), x
 
 
+LANES = 4  # codegen.LANES: an innermost reduction keeps four partial sums
+
+
+def lane_sum(acc: float, terms) -> float:
+    """An innermost reduction loop's order of additions, by hand: lane 0 is
+    ``acc`` and takes terms 0, 4, 8, ... and the remainder, lane k (from 0.0)
+    terms k, k + 4, ...; then acc += ((lane1 + lane2) + lane3)."""
+    terms = [float(t) for t in terms]
+    full = len(terms) // LANES * LANES
+    lanes = [0.0] * LANES
+    for q in range(0, full, LANES):
+        acc += terms[q]
+        for k in range(1, LANES):
+            lanes[k] += terms[q + k]
+    for t in terms[full:]:
+        acc += t
+    rest = lanes[1]
+    for k in range(2, LANES):
+        rest = rest + lanes[k]
+    return acc + rest
+
+
 def chunked_sum_of_squares(xs: np.ndarray, T: int) -> float:
     """The split reduction's order of additions, by hand: chunk k covers
-    [N k // T, N (k+1) // T), summed left to right from 0.0, the partial
+    [N k // T, N (k+1) // T), summed from 0.0 (``lane_sum``), the partial
     sums then added to 0.0 in chunk order."""
     N = len(xs)
     acc = 0.0
     for k in range(T):
-        q = 0.0
-        for i in range(N * k // T, N * (k + 1) // T):
-            q += float(xs[i]) * float(xs[i])
-        acc += q
+        lo, hi = N * k // T, N * (k + 1) // T
+        acc += lane_sum(0.0, [float(xs[i]) * float(xs[i]) for i in range(lo, hi)])
     return acc
 
 
@@ -122,17 +142,20 @@ def test_bracketed_and_nested_reductions_split_correctly():
     want = float(np.sum(np.tril(Av * Av.T)))
     for T in (1, 2):
         assert tl.compile(tri, threads=T)(A=Av) == pytest.approx(want, rel=1e-12)
-    # the outer loop is split by rows, each row summed in order
-    rows = [sum(float(Av[i, j]) * float(Av[j, i]) for j in range(i + 1)) for i in range(257)]
+    # the outer loop is split by rows; each row is an innermost reduction
+    # (``lane_sum``) continuing the chunk's partial sum
     exp = 0.0
     for k in range(2):
         q = 0.0
         for i in range(257 * k // 2, 257 * (k + 1) // 2):
-            for j in range(i + 1):
-                q += float(Av[i, j]) * float(Av[j, i])
+            q = lane_sum(q, [float(Av[i, j]) * float(Av[j, i]) for j in range(i + 1)])
         exp += q
+    serial = 0.0
+    for i in range(257):
+        serial = lane_sum(serial, [float(Av[i, j]) * float(Av[j, i]) for j in range(i + 1)])
     assert tl.compile(tri, threads=2)(A=Av) == exp
-    assert exp == pytest.approx(sum(rows), rel=1e-12)
+    assert tl.compile(tri, threads=1)(A=Av) == serial
+    assert exp == pytest.approx(want, rel=1e-12)
 
 
 def test_work_points_by_hand():

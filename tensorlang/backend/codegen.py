@@ -15,7 +15,14 @@ when some loop may run in parallel, ``kernel_parallel`` (``parallel=True``):
   with its own partial sums, added in chunk order afterwards (issue #13
   item 4).  The chunks depend only on ``T`` and the loop's bounds, never on
   the scheduling, so a given thread count always gives the same result;
-  ``threads=1`` runs ``kernel_serial`` (the single-thread order exactly).  Both are ``njit(nogil=True,
+  ``threads=1`` runs ``kernel_serial`` (the single-thread order exactly).
+
+In both variants an innermost reduction loop (``acc += e`` alone in its
+body) keeps ``LANES`` partial sums, lane ``k`` taking the iterations
+``lo + LANES q + k`` and the remainder going to lane 0, then adds lanes
+1.. in order to ``acc`` (``_lanes``): a single chain of dependent additions
+runs at the adder's latency, independent ones overlap (the deconvolution
+gradient's long sums: 1.5 ms -> 0.55 ms).  Both are ``njit(nogil=True,
 error_model="numpy")``: no fastmath (results may differ from the reference
 evaluator only by the order of additions), and arithmetic follows NumPy's
 IEEE rules (``x / 0`` is ``inf``, ``0 ** -1`` is ``inf``; no exception).
@@ -29,7 +36,7 @@ names (``u0 = _function('name')``).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from . import kir as K
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
@@ -216,12 +223,15 @@ def _chunked(loop: Loop, accs, depth: int, lines: list) -> None:
         lines.append(f"{ind}    {a}_q = F(0.0)\n")
     start, stop = f"(({cnt} * {c}) // {T})", f"(({cnt} * ({c} + 1)) // {T})"
     body = _rename_acc(loop.body, {a: f"{a}_q" for a in accs})
-    if st == 1:
-        lines.append(f"{ind}    for {v} in range({lo} + {start}, {lo} + {stop}):\n")
+    if st == 1:  # the chunk as a loop node: printed like any loop (lanes included)
+        start_e = K.IBin("//", K.IBin("*", K.Name(cnt), K.Name(c)), K.Name(T))
+        stop_e = K.IBin("//", K.IBin("*", K.Name(cnt), K.IBin("+", K.Name(c), K.Int(1))), K.Name(T))
+        chunk = Loop(v, K.IBin("+", K.Name(lo), start_e), K.IBin("+", K.Name(lo), stop_e), 1, body, loop.kind)
+        _stmts([chunk], depth + 1, False, lines, {})
     else:
         lines.append(f"{ind}    for {v}_k in range({start}, {stop}):\n")
         lines.append(f"{ind}        {v} = {lo} + {v}_k * {st}\n")
-    _stmts(body, depth + 2, False, lines, {})  # no prange nested in a prange
+        _stmts(body, depth + 2, False, lines, {})  # no prange nested in a prange
     for a in accs:
         lines.append(f"{ind}    {a}_p[{c}] = {a}_q\n")
     lines.append(f"{ind}for {c} in range({T}):\n")
@@ -277,6 +287,10 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 lines.append(f"{ind}for {v}_t in prange(max(0, ({expr(hi)} - {expr(lo)} + {st - 1}) // {st})):\n")
                 lines.append(f"{ind}    {v} = {expr(lo)} + {v}_t * {st}\n")
                 _stmts(b, depth + 1, par, lines, {})
+            case Loop(var=v, lo=lo, hi=hi, step=1, body=(AccAdd(target=t, value=val),), parallel=p) if (
+                not (p and par) and s.kind in ("sum", "rel") and t not in _names(val, set())
+            ):
+                _lanes(v, lo, hi, t, val, ind, lines)
             case Loop(var=v, lo=lo, hi=hi, step=st, body=b, parallel=p):
                 rng = "prange" if (p and par) else "range"
                 step = f", {st}" if st != 1 else ""
@@ -298,6 +312,43 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 lines.append(f"{ind}break\n")
             case _:
                 raise TypeError(f"not a loop-IR statement: {s!r}")
+
+
+LANES = 4
+
+
+def _subst(e, name: str, repl: K.KExpr):
+    """``e`` with the index ``Name(name)`` replaced by ``repl`` (kernel-IR nodes)."""
+    if isinstance(e, K.Name):
+        return repl if e.name == name else e
+    if isinstance(e, (tuple, list)):
+        return tuple(_subst(x, name, repl) for x in e)
+    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float)):
+        return replace(e, **{f.name: _subst(getattr(e, f.name), name, repl) for f in fields(e)})
+    return e
+
+
+def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list) -> None:
+    """An innermost reduction loop ``for v: acc += val`` with ``LANES``
+    independent partial sums: one long chain of dependent additions is
+    latency-bound (about 4 cycles each); ``LANES`` chains overlap.  Lane 0 is
+    ``acc`` itself, the others start at 0 and are added, in lane order, after
+    the loop: a fixed order of additions (threads do not change it)."""
+    lo_n, hi_n = f"{v}_l", f"{v}_h"
+    lines.append(f"{ind}{lo_n} = {expr(lo)}\n")
+    lines.append(f"{ind}{hi_n} = {lo_n} + (max(0, {expr(hi)} - {lo_n}) // {LANES}) * {LANES}\n")
+    for k in range(1, LANES):
+        lines.append(f"{ind}{acc}_a{k} = F(0.0)\n")
+    lines.append(f"{ind}for {v} in range({lo_n}, {hi_n}, {LANES}):\n")
+    lines.append(f"{ind}    {acc} += {expr(val)}\n")
+    for k in range(1, LANES):
+        lines.append(f"{ind}    {acc}_a{k} += {expr(_subst(val, v, K.IBin('+', K.Name(v), K.Int(k))))}\n")
+    lines.append(f"{ind}for {v} in range({hi_n}, {expr(hi)}):\n")
+    lines.append(f"{ind}    {acc} += {expr(val)}\n")
+    rest = f"{acc}_a1"
+    for k in range(2, LANES):
+        rest = f"({rest} + {acc}_a{k})"
+    lines.append(f"{ind}{acc} += {rest}\n")
 
 
 def _index(e: K.KExpr) -> str:
