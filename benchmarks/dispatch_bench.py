@@ -5,6 +5,11 @@
 ``tl.grad``, its ``tl.value_and_grad``, and a bare call of the kernel's
 Numba entry with prepared arguments (the floor).  Runtime is 'compiled' so
 the kernel runs even at tiny sizes.
+
+Measured on the shared 2-core machine (load average 5-6 from other
+sessions; medians of 3 runs): before the fast path loss 12-16 us, grad
+28-37 us, value_and_grad 48-64 us (two kernels); after it loss 5-11 us,
+grad 5-10 us, value_and_grad 6-12 us (one kernel); a bare Numba call 0.48 us.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ def main() -> dict:
     loss, x = tiny_loss()
     xs = np.linspace(0.1, 1.0, 8)
     ws = np.linspace(1.0, 2.0, 8)
+    import os
+
+    # before the callables are made: the runtime is chosen when they are
+    # (under "auto", n = 8 would run on the reference evaluator)
+    os.environ["TENSORLANG_RUNTIME"] = "compiled"
     f = make_callable(loss, runtime="compiled")
     g = tl.grad(loss, wrt=x)
     vg = tl.value_and_grad(loss, wrt=x)
-    import os
-
-    os.environ.setdefault("TENSORLANG_RUNTIME", "compiled")
     out = {"loss": per_call_us(lambda: f(x=xs, w=ws))}
     out["grad"] = per_call_us(lambda: g(x=xs, w=ws))
     out["value_and_grad"] = per_call_us(lambda: vg(x=xs, w=ws))

@@ -8,7 +8,17 @@
   several); ``mode="naive"`` gives the dense textbook transposition instead;
 * ``grad``, ``value_and_grad``, ``vjp``, ``jvp``: callables on named inputs,
   run through ``tensorlang.runtime.make_callable`` (compiled kernels once
-  the backend provides them).
+  the backend provides them); ``threads=`` as for ``tl.compile`` (None:
+  chosen by the work, 1: single-threaded, k: k threads).
+
+One kernel per derivative callable (issue #13 item 5): the adjoint of a
+tensor-SSA program keeps the program's own bindings in front of the reverse
+pass (``let primal… in let adjoint… in cotangents``, Section 6.3), and the
+total derivative keeps each primal binding before its differential (rule
+6.16).  So ``value_and_grad``, ``jvp`` and ``vjp(..., with_value=True)``
+compile ONE program ``let primal… in let derivative… in (value, derivative)``:
+the primal is computed once and its residuals (the let-bound intermediates)
+are read by the derivative in the same kernel.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import numpy as np
 
 from . import bounds
 from .errors import InputError, TensorLangError, UnsupportedError, describe
-from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
+from .ir import REAL, Const, Expr, Pair, Var, free_vars, input_vars, lets, make_lets, relations_of, size_vars, subst
 from .typecheck import check_program, type_of
 from .loops import has_loop
 
@@ -38,6 +48,8 @@ def _no_loop(expr, what: str) -> None:
         )
 
 MODES = ("sparse", "naive")
+ADJOINTS = ("sparse", "naive")  # the derivative rules: Figs. 14-16 + simplify, or dense one-hot
+LOOPS = ("sparse", "box")  # the kernel's loops: isl-narrowed, or full boxes testing predicates inside
 _DEBUG = os.environ.get("TENSORLANG_DEBUG", "") not in ("", "0")
 
 
@@ -57,6 +69,28 @@ def _wrt_list(wrt):
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise TensorLangError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def options(mode=None, adjoint=None, loops=None) -> tuple:
+    """``(adjoint, loops)`` of a derivative callable (issue #13 item 8).
+
+    ``adjoint="naive"`` asks for the dense one-hot adjoint, compiled with the
+    same backend and isl-narrowed loops as the sparse one (so comparing the
+    two measures the adjoint alone); ``loops="box"`` runs every loop over its
+    full box and tests its predicate inside.  ``mode`` is the older spelling
+    of both at once: ``mode="naive"`` is ``adjoint="naive", loops="box"``."""
+    if mode is not None:
+        _check_mode(mode)
+        if adjoint is not None or loops is not None:
+            raise TensorLangError("mode= is the older spelling of adjoint= and loops= together: pass mode= or those, not both")
+        return (mode, "box" if mode == "naive" else "sparse")
+    adjoint = "sparse" if adjoint is None else adjoint
+    loops = "sparse" if loops is None else loops
+    if adjoint not in ADJOINTS:
+        raise TensorLangError(f"adjoint must be one of {ADJOINTS}, got {adjoint!r}")
+    if loops not in LOOPS:
+        raise TensorLangError(f"loops must be one of {LOOPS}, got {loops!r}")
+    return adjoint, loops
 
 
 def normalize_for_adjoint(expr: Expr) -> Expr:
@@ -99,6 +133,29 @@ def _seed(expr: Expr, name: str) -> Var:
     return Var(name, 0, type_of(expr))
 
 
+def _transposed(ssa: Expr, xs, seed: Var, mode: str) -> Expr:
+    """The unsimplified adjoint of the tensor-SSA program ``ssa`` (Figs. 14-16, or the naive one)."""
+    from .passes.adjoint import transpose
+    from .passes.naive_adjoint import naive_transpose
+
+    return naive_transpose(ssa, xs, seed) if mode == "naive" else transpose(ssa, xs, seed)
+
+
+def with_primal(ssa: Expr, derived: Expr) -> Expr:
+    """``let B in (out, res)`` for ``ssa = let P in out`` and ``derived = let B in res``
+    where the derivative passes kept the primal bindings ``P`` in ``B`` (the
+    adjoint's ``let primal… in let adjoint…``, the total derivative's rule
+    6.16): the primal output is read off the derivative's own bindings, so the
+    value and the derivative share one program and every residual."""
+    binds, res = lets(derived)
+    _, out = lets(ssa)
+    bound = {v for v, _ in binds}
+    stray = [v for v in free_vars(out) if v.uid != 0 and v not in bound]
+    if stray:  # the derivative passes dropped a primal binding: never a wrong value
+        raise TensorLangError(f"internal: the derivative program does not bind {stray[0].name}, which the output reads")
+    return make_lets(binds, Pair(out, res))
+
+
 @deep
 def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", simplify: bool = True) -> Expr:
     """The adjoint derivative of ``expr`` as an expression with one new input,
@@ -108,8 +165,6 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     simplification.  ``mode="naive"``: dense one-hot transposition, no
     predicate propagation, no simplification (for comparison).
     """
-    from .passes.adjoint import transpose
-    from .passes.naive_adjoint import naive_transpose
     from .passes.simplify import simplify as simp
 
     _check_mode(mode)
@@ -118,18 +173,25 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
-    ssa = normalize_for_adjoint(expr)
-    if mode == "naive":
-        out = naive_transpose(ssa, xs, seed)
-    else:
-        out = transpose(ssa, xs, seed)
-        out = simp(out) if simplify else out
+    out = _transposed(normalize_for_adjoint(expr), xs, seed, mode)
+    if mode != "naive" and simplify:
+        out = simp(out)
     bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
     return out
 
 
 # --------------------------------------------------------------------------
 # Callables
+
+
+_dispatch = None  # (check_finite, signature), imported on the first call (a per-call import costs ~1 us)
+
+
+def _load_dispatch() -> None:
+    global _dispatch
+    from .backend.dispatch import check_finite, signature
+
+    _dispatch = (check_finite, signature)
 
 
 class _Program:
@@ -140,7 +202,7 @@ class _Program:
     not use are not passed on.
     """
 
-    def __init__(self, source: Expr, prog: Expr, mode: str, extra=()):
+    def __init__(self, source: Expr, prog: Expr, loops: str, extra=(), threads=None):
         from .runtime import make_callable
 
         self.source = source
@@ -150,11 +212,12 @@ class _Program:
         if _DEBUG:  # and the derived program's own accesses, as a check of the passes
             bounds.check_program(prog)
         self.extra = {v.name: v for v in extra}
-        self.fn = make_callable(prog, mode=mode)
+        self.fn = make_callable(prog, loops=loops, threads=threads)
         self.inputs = {v.name for v in input_vars(prog)}
         self.sizes = {s.name for s in size_vars(prog)}
         self.rels = {r.name for r in relations_of(prog)}
-        self._plans: dict = {}  # call signature -> (sizes passed on, finiteness checks)
+        # call signature -> (sizes passed on, finiteness checks, fast entry or None)
+        self._plans: dict = {}
         self._plannable = not relations_of(source)
         from .sparse import sparse_inputs
 
@@ -171,17 +234,31 @@ class _Program:
 
         return prepare(self.sparse_src, kwargs)
 
-    @deep
     def __call__(self, kwargs: dict):
-        from .backend.dispatch import check_finite, finite_checks, remember, signature
-
         if self.sparse:  # sparse tensors and relation data prepared once per call (issue 16)
             from .sparse import prepare
 
             kwargs = prepare(self.sparse_src, kwargs)
+        if _dispatch is None:
+            _load_dispatch()
+        check_finite, signature = _dispatch
         sig = signature(kwargs) if self._plannable else None
         plan = self._plans.get(sig) if sig is not None else None
+        if plan is not None and plan[2] is not None:
+            # validated once for this signature: one finiteness pass over every
+            # input, then the kernel's own plan (no second signature, no kwargs)
+            run, kplan, checks = plan[2]
+            check_finite(kwargs, checks)
+            return run(kplan, kwargs, None)
+        return self._call(kwargs, sig, plan)
+
+    @deep
+    def _call(self, kwargs: dict, sig, plan):
+        from .backend.dispatch import finite_checks, remember, signature
+
         if plan is not None:  # this signature passed the checks below once (backend/dispatch.py)
+            from .backend.dispatch import check_finite
+
             check_finite(kwargs, plan[1])
             call_sizes = plan[0]
         else:
@@ -197,15 +274,23 @@ class _Program:
             if sig is not None:
                 # the inputs passed on are checked by the kernel's own plan
                 checks = tuple(c for c in finite_checks(self.source, src_kw) if c[0] not in self.inputs)
-                remember(self._plans, sig, (call_sizes, checks))
+                plan = (call_sizes, checks, None)
+                remember(self._plans, sig, plan)
         call = {k: v for k, v in kwargs.items() if k in self.inputs or k in self.rels}
         call.update(call_sizes)
-        if self.packed_ok:
+        if self.packed_ok and (self.sparse or self.rels):
             from .sparse import keep_packed
 
             with keep_packed():  # sparse cotangents come back packed on their relation
                 return self.fn(**call)
-        return self.fn(**call)
+        out = self.fn(**call)
+        if sig is not None and plan is not None:
+            entry = getattr(self.fn, "planned_entry", None)
+            got = entry(call) if entry is not None else None
+            if got is not None:  # the kernel planned this call: later calls go straight to it
+                run, kplan = got
+                remember(self._plans, sig, (plan[0], plan[1], (run, kplan, plan[1] + tuple(kplan.checks))))
+        return out
 
 
 def _with_inputs(source: Expr, extra) -> Expr:
@@ -230,6 +315,20 @@ def _sparse_out(xs, vals: tuple, inputs: dict, source: Expr) -> tuple:
     return tuple(to_sparse(x, v, prepared) if isinstance(x, SparseVar) else unpack_outputs(v) for x, v in zip(xs, vals))
 
 
+def _as_tuple(val, n: int) -> tuple:
+    """The kernel's nested pairs of ``n`` cotangents as a tuple of ``n``."""
+    return (val,) if n == 1 else _unpack(val, n)
+
+
+def _loop_mode(adjoint: str, loops: str) -> str:
+    """The loop programs' single ``mode`` (loop_autodiff): the naive adjoint, or
+    the sparse one; full-box loops are a lowering option they do not take."""
+    if loops == "box" and adjoint != "naive":
+        raise UnsupportedError("loops='box' is not supported for programs with tl.loop (their parts are "
+                               "lowered with narrowed loops); use adjoint='naive' or mode='naive'")
+    return "naive" if adjoint == "naive" else "sparse"
+
+
 def _unpack(val, n: int):
     if n == 1:
         return val
@@ -241,108 +340,160 @@ def _unpack(val, n: int):
     return tuple(out)
 
 
-def _grad_program(loss: Expr, xs, mode: str) -> Expr:
-    from .passes.simplify import simplify as simp
-
-    if type_of(loss) is not REAL:
-        raise TensorLangError(
-            f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
-        )
+def _seed_name(loss: Expr) -> str:
     names = {v.name for v in input_vars(loss)}
     name = "dy"
     while name in names:
         name = "_" + name
-    # simplified once, after the seed is 1 (simplifying before as well did the work twice)
-    adj = adjoint(loss, xs, cotangent=name, mode=mode, simplify=False)
+    return name
+
+
+def _check_scalar(loss: Expr) -> None:
+    if type_of(loss) is not REAL:
+        raise TensorLangError(
+            f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
+        )
+
+
+_adjoint_expr = adjoint  # vjp's keyword ``adjoint`` shadows the function there
+
+
+def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False) -> Expr:
+    """``∇l`` (``(l, ∇l)`` with ``value=True``, one program sharing the primal)."""
+    from .passes.simplify import simplify as simp
+
+    _check_scalar(loss)
+    name = _seed_name(loss)
     seed = Var(name, 0, REAL)
-    # ∇l(x) = DT l(x, 1)  (RULES.md 5.1)
+    ssa = normalize_for_adjoint(loss)
+    adj = _transposed(ssa, xs, seed, mode)
+    if value:
+        adj = with_primal(ssa, adj)
+    # ∇l(x) = DT l(x, 1)  (RULES.md 5.1); simplified once, after the seed is 1
     out = subst(adj, vals={seed: Const(1)})
-    return simp(out) if mode == "sparse" else out
+    out = simp(out) if mode == "sparse" else out
+    bounds.inherit(out, loss)  # it runs only at sizes where the source's accesses are in range
+    return out
 
 
 @deep
-def grad(loss: Expr, wrt, *, mode: str = "sparse"):
-    """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``)."""
+def grad(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
+    """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``);
+    ``adjoint=``, ``loops=`` (or the older ``mode=``): see :func:`options`."""
+    adj, lp = options(mode, adjoint, loops)
     if has_loop(_as_expr_or_none(loss)):  # issue #17: loops are differentiated per part
         from . import loop_autodiff
 
-        return loop_autodiff.grad(loss, wrt, mode=mode)
-    _check_mode(mode)
+        return loop_autodiff.grad(loss, wrt, mode=_loop_mode(adj, lp))
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    prog = _Program(loss, _grad_program(loss, xs, mode), mode)
+    prog = _Program(loss, _grad_program(loss, xs, adj), lp, threads=threads)
     prog.packed_ok = True
 
     def g(**inputs):
         inputs = prog.prepared(inputs)
-        out = _sparse_out(xs, (_unpack(prog(inputs), len(xs)),) if single else _unpack(prog(inputs), len(xs)), inputs, loss)
-        return out[0] if single else out
+        out = _sparse_out(xs, _as_tuple(prog(inputs), len(xs)), inputs, loss)
+        return out[0] if len(xs) == 1 else out
 
     g.program = prog.prog
     return g
 
 
 @deep
-def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
-    """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``."""
+def value_and_grad(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
+    """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``: one kernel
+    computes the loss once and the gradient from its residuals."""
+    adj, lp = options(mode, adjoint, loops)
     if has_loop(_as_expr_or_none(loss)):  # issue #17: loops are differentiated per part
         from . import loop_autodiff
 
-        return loop_autodiff.value_and_grad(loss, wrt, mode=mode)
-    _check_mode(mode)
+        return loop_autodiff.value_and_grad(loss, wrt, mode=_loop_mode(adj, lp))
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    gprog = _Program(loss, _grad_program(loss, xs, mode), mode)
-    gprog.packed_ok = True
-    vprog = _Program(loss, loss, mode)
+    prog = _Program(loss, _grad_program(loss, xs, adj, value=True), lp, threads=threads)
+    prog.packed_ok = True
 
     def vg(**inputs):
-        inputs = gprog.prepared(inputs)
-        gs = _unpack(gprog(inputs), len(xs))
-        gs = _sparse_out(xs, (gs,) if single else gs, inputs, loss)
-        return vprog(inputs), gs[0] if single else gs
+        inputs = prog.prepared(inputs)
+        val, g = prog(inputs)
+        gs = _sparse_out(xs, _as_tuple(g, len(xs)), inputs, loss)
+        return val, gs[0] if len(xs) == 1 else gs
 
-    vg.program = gprog.prog
+    vg.program = prog.prog
     return vg
 
 
 @deep
-def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
-    """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the output cotangent ``dy``."""
+def vjp(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangent: str = "dy", with_value: bool = False,
+        threads=None):
+    """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the
+    output cotangent ``dy``; ``with_value=True`` gives ``(value, cotangents)``
+    from the same kernel (the adjoint computes the primal anyway)."""
+    from .passes.simplify import simplify as simp
+
+    kind, lp = options(mode, adjoint, loops)
     if has_loop(_as_expr_or_none(expr)):  # issue #17: loops are differentiated per part
+        if with_value:
+            raise UnsupportedError("vjp(..., with_value=True) of a program with a loop: use tl.value_and_grad or "
+                                   "call the program for its value")
         from . import loop_autodiff
 
-        return loop_autodiff.vjp(expr, wrt, mode=mode, cotangent=cotangent)
-    _check_mode(mode)
+        return loop_autodiff.vjp(expr, wrt, mode=_loop_mode(kind, lp), cotangent=cotangent)
     check_program(expr)
     bounds.check_program(expr)
     xs, single = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
-    prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
+    if with_value:
+        ssa = normalize_for_adjoint(expr)
+        adj = with_primal(ssa, _transposed(ssa, xs, seed, kind))
+        adj = simp(adj) if kind == "sparse" else adj
+        bounds.inherit(adj, expr)
+    else:
+        adj = _adjoint_expr(expr, xs, cotangent=cotangent, mode=kind)
+    prog = _Program(expr, adj, lp, extra=(seed,), threads=threads)
     prog.packed_ok = True
+    k = len(xs)
 
     def f(**inputs):
         inputs = prog.prepared(inputs)
-        gs = _unpack(prog(inputs), len(xs))
-        gs = _sparse_out(xs, (gs,) if single else gs, inputs, expr)
-        return gs[0] if single else gs
+        if with_value:
+            val, cts = prog(inputs)
+        else:
+            val, cts = None, prog(inputs)
+        gs = _sparse_out(xs, _as_tuple(cts, k), inputs, expr)
+        gs = gs[0] if k == 1 else gs
+        return (val, gs) if with_value else gs
 
     f.program = prog.prog
     return f
 
 
+def _jvp_program(expr: Expr, xs) -> Expr:
+    """``(e, D⟦e⟧σ)`` as one program: the total derivative of the tensor-SSA
+    form keeps every primal binding before its differential (rule 6.16)."""
+    from .passes.simplify import simplify as simp
+    from .passes.total_derivative import tangent_inputs, total_derivative
+
+    ssa = normalize_for_adjoint(expr)
+    out = simp(with_primal(ssa, total_derivative(ssa, tangent_inputs(expr, xs))))
+    bounds.inherit(out, expr)
+    return out
+
+
 @deep
-def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
-    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are named ``d<name>``."""
+def jvp(expr: Expr, wrt, *, mode=None, loops=None, threads=None):
+    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are
+    named ``d<name>``.  One kernel computes both.  (Forward mode has no
+    adjoint: ``mode="naive"`` only means ``loops="box"``.)"""
     from .passes.total_derivative import tangent_inputs
 
+    adj, lp = options(mode, None, loops)
     if has_loop(_as_expr_or_none(expr)):  # issue #17: loops are differentiated per part
         from . import loop_autodiff
 
-        return loop_autodiff.jvp(expr, wrt, mode=mode)
-    _check_mode(mode)
+        return loop_autodiff.jvp(expr, wrt, mode=_loop_mode(adj, lp))
     check_program(expr)
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
@@ -351,14 +502,17 @@ def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
     dense_t = tangent_inputs(expr, xs)
     # a sparse tensor's tangent is sparse on the same relation (issue 16)
     tangents = [tangent_of(x, dense_t[x]) for x in xs]
-    dexpr = subst(derivative(expr, xs), vals={dense_t[x]: t for x, t in zip(xs, tangents) if t is not dense_t[x]})
-    dprog = _Program(expr, dexpr, mode, extra=tangents)
-    vprog = _Program(expr, expr, mode)
+    jprog = _jvp_program(expr, xs)
+    swap = {dense_t[x]: t for x, t in zip(xs, tangents) if t is not dense_t[x]}
+    if swap:
+        jprog = subst(jprog, vals=swap)
+        bounds.inherit(jprog, expr)
+    prog = _Program(expr, jprog, lp, extra=tangents, threads=threads)
 
     def f(**inputs):
-        return vprog({k: v for k, v in inputs.items() if k not in dprog.extra}), dprog(inputs)
+        return prog(inputs)
 
-    f.program = dprog.prog
+    f.program = prog.prog
     return f
 
 

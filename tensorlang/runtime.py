@@ -1,7 +1,9 @@
 """How programs run: one entry point shared by tl.compile, tl.grad, tl.vjp, tl.jvp.
 
-``make_callable(expr, mode=..., runtime=None, threads=None)`` returns a
-callable taking the program's inputs by keyword.  The backend compiles every
+``make_callable(expr, loops="sparse"|"box", runtime=None, threads=None)``
+returns a callable taking the program's inputs by keyword (``loops``: the
+kernel's loops, isl-narrowed or full boxes; ``mode="naive"`` is the older
+spelling of ``loops="box"``).  The backend compiles every
 program of the language (paper Section 4.3; ``tensorlang.backend``); a
 program it cannot lower is an UnsupportedError naming the sub-expression,
 never a silent switch to the reference evaluator.
@@ -74,8 +76,18 @@ class LazyKernel:
         """Have calls run a compiled kernel (False before the first call that compiles)?"""
         return self._impl is not None
 
+    def planned_entry(self, inputs: dict):
+        """``(run, plan)`` when the compiled kernel holds a validated plan for
+        this call's signature (``run(plan, inputs, None)`` calls it), else None."""
+        if self._impl is None:
+            return None
+        return self._impl.planned_entry(inputs)
+
     def __call__(self, **inputs):
-        if self._impl is None and self.runtime == "auto" and not _worth_compiling(self.expr, inputs):
+        impl = self._impl
+        if impl is not None:
+            return impl(**inputs)
+        if self.runtime == "auto" and not _worth_compiling(self.expr, inputs):
             from .backend.api import as_float32, precision
 
             out = evaluate(self.expr, **inputs)
@@ -108,9 +120,16 @@ def _worth_compiling(expr: Expr, inputs: dict) -> bool:
     return any(v >= COMPILE_MIN_SIZE for v in vals) or prod >= COMPILE_MIN_PRODUCT
 
 
-def make_callable(expr: Expr, *, mode: str = "sparse", runtime: str | None = None, **options):
+def make_callable(expr: Expr, *, mode: str | None = None, loops: str | None = None, runtime: str | None = None,
+                  **options):
     """A callable running ``expr`` (see module doc); ``options``: ``threads``."""
+    from .backend.api import lowering_mode
+
+    mode = lowering_mode(mode, loops)
     r = runtime_choice(runtime)
+    threads = options.get("threads")
+    if threads is not None and (type(threads) is not int or threads < 1):
+        raise TensorLangError(f"threads must be None or a positive int, got {threads!r}")
     if r == "evaluator":
         return EvaluatorKernel(expr, mode)
     return LazyKernel(expr, mode, options.get("threads"), r)

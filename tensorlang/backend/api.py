@@ -17,10 +17,17 @@ promotes.  Python floats are "weak" (NumPy 2's rule): they never decide the
 precision.  Each precision is its own kernel (compiled on first use, its
 own cache entry).  Sizes must be at most ``domains.MAX_SIZE`` (2**40).
 
-``threads``: None picks the parallel variant (``prange`` outer gen loops)
-when the kernel's outer gen domains hold at least ``PARALLEL_MIN`` points
-and the machine has at least ``PARALLEL_MIN_CPUS`` cores, else the serial
-one; 1 always runs serially; k > 1 runs the parallel variant on k threads.
+``threads`` (issue #13 item 4): None picks the parallel variant
+(``prange`` outer gen loops, top-level reductions split into per-thread
+partial sums: codegen.py) when the machine has at least
+``PARALLEL_MIN_CPUS`` cores and the kernel's work (``work_points``: the
+points of its top-level gen and sum nests at the call's sizes) is at least
+``PARALLEL_MIN``, on every core Numba has; 1 always runs the serial
+variant; k > 1 runs the parallel variant on k threads (capped at Numba's
+pool).  A given thread count always gives the same result; ``threads=1``
+the single-thread one exactly.  The automatic choice also runs serially
+while the machine's load average leaves no core free (``cores_free``): on a
+shared machine a parallel kernel waits for preempted threads.
 The one exception to "compiled": a kernel whose in-bounds proof needed every
 size >= 1 (``x[n - 1]`` unguarded) is called with a zero size; the reference
 evaluator then decides (it reports the bad access, or computes the value
@@ -45,11 +52,18 @@ from . import cache as _cache
 from .dispatch import check_finite, finite_checks, remember, signature
 from .domains import MAX_SIZE
 
+# Measured on the 2-core development machine (benchmarks/parallel_bench.py,
+# deconvolution and 5-point Laplacian losses and gradients, threads=2 vs 1):
+# when both cores were free, two threads won from about 1.6e4 work points
+# (1.5-2x) and lost below (thread wake-up costs 10-30 us).
 PARALLEL_MIN = 1 << 15
-# On 2 cores the memory-bound kernels measured slower with prange than
-# serially (thread start-up, and cores shared with other work); threads=k
-# still asks for the parallel variant explicitly.
-PARALLEL_MIN_CPUS = 4
+PARALLEL_MIN_CPUS = 2
+# On the same machine under load (other processes runnable on every core),
+# a two-thread kernel waits for a preempted thread's time slice: 10-40 ms
+# medians where one thread took 1 ms.  So the automatic choice also needs a
+# core to spare: the 1-minute load average at most cpus - IDLE_MARGIN.
+IDLE_MARGIN = 0.5
+CODEGEN_VERSION = "s3-par2"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
@@ -63,7 +77,7 @@ def key_options(expr: Expr, mode: str, dtype: str) -> str:
     from ..functions import registered
     from .scalars import fingerprint
 
-    parts = [mode, dtype, f"numba={numba.__version__}", f"islpy={islpy.VERSION_TEXT}"]
+    parts = [mode, dtype, f"numba={numba.__version__}", f"islpy={islpy.VERSION_TEXT}", f"codegen={CODEGEN_VERSION}"]
     names = set()
     for n in walk(expr):
         if isinstance(n, Call):
@@ -146,21 +160,17 @@ class Kernel:
         return self.lowered()[0]
 
     def _function(self, mod, spec, sizes: dict):
+        """(entry, threads): threads None runs ``kernel_serial``; an int k > 0
+        runs ``kernel_parallel`` on k threads; 0 on Numba's current count."""
         if self.python:
             return mod.kernel_serial, None
         par = getattr(mod, "kernel_parallel", None)
         if par is None or self.threads == 1:
             return mod.kernel_serial, None
         if self.threads is None:
-            work = 0
-            for dims in spec["work"]:
-                pts = 1
-                for terms, const in dims:
-                    pts *= max(0, const + sum(c * sizes[s] for s, c in terms))
-                work = max(work, pts)
-            if work < PARALLEL_MIN or (os.cpu_count() or 1) < PARALLEL_MIN_CPUS:
+            if (os.cpu_count() or 1) < PARALLEL_MIN_CPUS or work_points(self.prepared, sizes) < PARALLEL_MIN:
                 return mod.kernel_serial, None
-            return par, None
+            return par, 0  # threads 0: decided per call (cores_free)
         return par, int(self.threads)
 
     def _temporaries(self, temps, dtype) -> list:
@@ -168,13 +178,28 @@ class Kernel:
         pool = getattr(self._pool, "arrays", None)
         if pool is None:
             pool = self._pool.arrays = {}
+        got = pool.get((dtype, temps))  # this thread's arrays for these shapes, as last time
+        if got is not None:
+            return got
         out = []
         for name, shape in temps:
             arr = pool.get((name, dtype))
             if arr is None or arr.shape != shape:
                 arr = pool[(name, dtype)] = np.empty(shape, dtype=dtype)
             out.append(arr)
+        if len(pool) > 256:  # shapes seen by many signatures: start afresh
+            pool.clear()
+        pool[(dtype, temps)] = out
         return out
+
+    def planned_entry(self, inputs: dict):
+        """``(run, plan)`` for a call whose signature was validated before
+        (``run(plan, inputs, None)`` runs it), else None (dispatch.py)."""
+        if not self._plannable or self.python:
+            return None
+        sig = signature(inputs)
+        plan = self._plans.get(sig) if sig is not None else None
+        return None if plan is None else (self._run, plan)
 
     def __call__(self, **inputs):
         out = self._call(inputs)
@@ -221,29 +246,44 @@ class Kernel:
         """What a call with these (validated) sizes and precision passes to the kernel."""
         spec = var.spec
         fn, threads = self._function(var.module, spec, sizes)
-        temps = [
+        temps = tuple(
             (name, tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims))
             for name, dims in spec.get("temporaries", [])
-        ]
+        )
         if self._type is None:
             self._type = type_of_expr(self.expr)
-        return _Plan(
+        plan = _Plan(
             [np.int64(sizes[s]) for s in spec["sizes"]], list(spec["inputs"]), dtype, temps, fn, threads,
-            finite_checks(self.expr, inputs), spec, self._type,
+            finite_checks(self.expr, inputs), spec, self._type, getattr(var.module, "kernel_serial", None),
         )
+        plan.build = _builder(spec["outputs"], self._type, dtype)
+        if not (spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
+                or spec.get("sparse_outputs") or spec.get("relation_orders")) and not self.python:
+            plan.direct = _direct(plan.leaves, inputs, dtype)
+        return plan
 
     def _run(self, plan: "_Plan", values: dict, rels):
         """Call the kernel: ``values`` name -> input, ``rels`` name -> dense relation."""
         dtype = plan.dtype
         spec = plan.spec
-        args = list(plan.size_args)
-        for name, path, rank in plan.leaves:
-            val = values[name]
-            if isinstance(val, SparseData):  # a read off the relation's loops: densified
-                val = val.dense(dtype)
-            for k in path:
-                val = val[k]
-            args.append(np.ascontiguousarray(val, dtype=dtype) if rank else dtype(val))
+        direct = plan.direct
+        if direct is not None and plan.threads is None:
+            # the common case: inputs already the kernel's arrays, one thread
+            args = plan.size_args + [values[name] for name in direct]
+            if plan.temps:
+                args += self._temporaries(plan.temps, dtype)
+            return plan.build(plan.fn(*args))
+        if direct is not None:  # this signature's inputs are already the kernel's arrays
+            args = plan.size_args + [values[name] for name in direct]
+        else:
+            args = list(plan.size_args)
+            for name, path, rank in plan.leaves:
+                val = values[name]
+                if isinstance(val, SparseData):  # a read off the relation's loops: densified
+                    val = val.dense(dtype)
+                for k in path:
+                    val = val[k]
+                args.append(np.ascontiguousarray(val, dtype=dtype) if rank else dtype(val))
         if spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values") or spec.get("relation_orders"):
             for name, perm, ptrs, cols in spec["relations"]:
                 args += rels[name].kernel_arrays(perm, ptrs, cols)
@@ -259,12 +299,21 @@ class Kernel:
         if threads is not None:
             import numba
 
-            old = numba.get_num_threads()
-            numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-            try:
-                res = fn(*args)
-            finally:
-                numba.set_num_threads(old)
+            k = numba.get_num_threads() if threads == 0 else 0
+            if threads == 0 and (k < 2 or not cores_free()):
+                # the automatic choice with one thread allowed (NUMBA_NUM_THREADS=1,
+                # numba.set_num_threads(1)) or on a busy machine: the serial kernel
+                res = plan.serial(*args)
+            elif threads == 0:  # the automatic choice: every thread Numba has now
+                res = fn(*args, np.int64(k))
+            else:
+                old = numba.get_num_threads()
+                k = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+                numba.set_num_threads(k)
+                try:
+                    res = fn(*args, np.int64(k))  # the chunk count of split reductions
+                finally:
+                    numba.set_num_threads(old)
         elif self.python:
             with np.errstate(all="ignore"):  # NumPy scalars: IEEE values, as in Numba
                 res = fn(*args)
@@ -275,17 +324,92 @@ class Kernel:
             res = list(res)
             for k, rname in spec["sparse_outputs"]:
                 res[k] = SparseData(rels[rname], res[k])
-        return _aos(_rebuild(spec["outputs"], res, dtype), plan.type, dtype)
+            return _aos(_rebuild(spec["outputs"], res, dtype), plan.type, dtype)
+        return plan.build(res)
 
 
 class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
-    __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type")
+    __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial",
+                 "direct", "build")
 
-    def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_):
+    def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
         self.fn, self.threads, self.checks, self.spec, self.type = fn, threads, checks, spec, type_
+        self.serial = serial  # the single-thread entry (the automatic choice on a busy machine)
+        self.direct = None  # input names passed on as they are (``_direct``), else None
+        self.build = None  # kernel results -> the program's value (``_builder``)
+
+
+def cores_free() -> bool:
+    """Is a core idle enough for a parallel kernel (see ``IDLE_MARGIN``)?"""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this system: trust the core count
+        return True
+    return load <= (os.cpu_count() or 1) - IDLE_MARGIN
+
+
+def work_points(prepared: Expr, sizes: dict) -> int:
+    """The points of the program's top-level loop nests at ``sizes``: for each
+    binding, its gen extents times the extents of the sums directly under
+    them (brackets ignored: an upper bound of the work the loops visit)."""
+    from ..ir import Iverson, gens, lets, sums
+
+    def at(n) -> int:
+        return max(0, n.const + sum(c * sizes.get(sym.name, 0) for sym, c in n.terms))
+
+    binds, out = lets(prepared)
+    total = 0
+    for rhs in [e for _, e in binds] + [out]:
+        gb, body = gens(rhs)
+        while isinstance(body, Iverson):
+            body = body.body
+        sb, _ = sums(body)
+        if not gb and not sb:
+            continue
+        pts = 1
+        for _, n in gb + sb:
+            pts *= at(n)
+        total += pts
+    return total
+
+
+def _direct(leaves, inputs: dict, dtype):
+    """The input names to pass to the kernel unchanged, when every leaf is a
+    whole C-contiguous array of the kernel's precision or (float64) a Python
+    float; else None.  The call signature (dispatch.py) fixes dtype, shape
+    and contiguity, so this holds for every call of the plan."""
+    names = []
+    for name, path, rank in leaves:
+        v = inputs.get(name)
+        if path:
+            return None
+        if rank:
+            if type(v) is not np.ndarray or v.dtype != dtype or not v.flags.c_contiguous:
+                return None
+        elif not (type(v) is float and dtype is np.float64):
+            return None
+        names.append(name)
+    return names
+
+
+def _builder(out_spec, t, dtype):
+    """A function from the kernel's result tuple to the program's value, made
+    once per plan (what ``_aos(_rebuild(...))`` computes, without walking the
+    spec on every call)."""
+    if out_spec[0] == "pair" and isinstance(t, PairT):
+        f, g = _builder(out_spec[1], t.fst, dtype), _builder(out_spec[2], t.snd, dtype)
+        return lambda res: (f(res), g(res))
+    if out_spec[0] == "leaf" and isinstance(t, RealT):
+        k = out_spec[1]
+        conv = float if dtype is np.float64 else np.float32
+        return lambda res: conv(res[k])
+    if out_spec[0] == "leaf" and isinstance(t, TensorT) and not _pairlike(t.elem):
+        k = out_spec[1]
+        return lambda res: res[k]
+    return lambda res: _aos(_rebuild(out_spec, res, dtype), t, dtype)
 
 
 def _at(dims, sizes) -> int:
@@ -416,10 +540,29 @@ class _PyModule:
 compile_source = compile  # the builtin, before the public name below shadows it
 
 
+LOOPS = ("sparse", "box")
+
+
+def lowering_mode(mode=None, loops=None) -> str:
+    """The lowering's mode for ``loops=`` (issue #13 item 8): "sparse" loops are
+    narrowed by isl, "box" loops run over full boxes and test predicates
+    inside (the lowering's "naive" mode).  ``mode`` is the older spelling:
+    "naive" means ``loops="box"``."""
+    if mode is not None and mode not in ("sparse", "naive"):
+        raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive' (or loops='sparse'|'box')")
+    if loops is not None and loops not in LOOPS:
+        raise TensorLangError(f"loops must be one of {LOOPS}, got {loops!r}")
+    if mode is not None and loops is not None and (mode == "naive") != (loops == "box"):
+        raise TensorLangError(f"mode={mode!r} contradicts loops={loops!r}: mode='naive' is loops='box'")
+    if loops is not None:
+        return "naive" if loops == "box" else "sparse"
+    return mode or "sparse"
+
+
 def _check_options(expr, mode, threads):
     if mode not in ("sparse", "naive"):
         raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
+    if threads is not None and (type(threads) is not int or threads < 1):
         raise TensorLangError(f"threads must be None or a positive int, got {threads!r}")
     if not isinstance(expr, Expr):
         raise TensorLangError(f"tl.compile needs a tensorlang expression, got {type(expr).__name__}")
@@ -439,11 +582,14 @@ def python_kernel(expr: Expr, mode: str = "sparse") -> Kernel:
     return k
 
 
-def compile(expr: Expr, mode: str = "sparse", threads=None) -> Kernel:  # noqa: A001 - the public name
+def compile(expr: Expr, mode: str | None = None, threads=None, *, loops: str | None = None) -> Kernel:  # noqa: A001
     """Compile ``expr`` to a kernel (see module doc); the float64 kernel is
-    built now, so a program the backend cannot lower is refused here."""
+    built now, so a program the backend cannot lower is refused here.
+    ``loops="sparse"`` (default) or ``"box"``; ``mode="naive"`` is the older
+    spelling of ``loops="box"``."""
     from .prepare import prepare
 
+    mode = lowering_mode(mode, loops)
     if isinstance(expr, Expr) and has_loop(expr):  # issue #17: the body's kernel run T times
         from .loop_kernel import LoopKernel
 

@@ -240,8 +240,9 @@ def _read_entry(key: str, d: str, program, mode):
 
 
 def _check_module(mod, spec) -> None:
-    want = kernel_arity(spec)
     for name in ("kernel_serial", "kernel_parallel"):
+        # kernel_parallel takes the thread count last (codegen.THREADS_ARG)
+        want = kernel_arity(spec) + (name == "kernel_parallel")
         fn = getattr(mod, name, None)
         if fn is None:
             if name == "kernel_serial":

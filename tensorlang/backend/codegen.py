@@ -3,8 +3,26 @@
 The only place Python text is made: every statement and kernel-IR node
 (``kir.py``) is printed here, fully parenthesised, and nothing is decided on
 the text.  The source defines ``kernel_serial`` (plain ``range`` loops) and,
-when some loop may run in parallel, ``kernel_parallel`` (``prange`` on the
-outermost gen loops, ``parallel=True``).  Both are ``njit(nogil=True,
+when some loop may run in parallel, ``kernel_parallel`` (``parallel=True``):
+
+* the outermost loops of top-level gen blocks become ``prange`` (each
+  iteration writes its own elements: the result does not depend on the
+  threads);
+* a top-level reduction (a sum block's outer loop, not inside another loop,
+  accumulating into scalars it does not read) is split into
+  ``T`` contiguous chunks run by ``prange`` (``T`` is ``kernel_parallel``'s
+  last argument, ``n_threads``: the caller's thread count), each
+  with its own partial sums, added in chunk order afterwards (issue #13
+  item 4).  The chunks depend only on ``T`` and the loop's bounds, never on
+  the scheduling, so a given thread count always gives the same result;
+  ``threads=1`` runs ``kernel_serial`` (the single-thread order exactly).
+
+In both variants an innermost reduction loop (``acc += e`` alone in its
+body) keeps ``LANES`` partial sums, lane ``k`` taking the iterations
+``lo + LANES q + k`` and the remainder going to lane 0, then adds lanes
+1.. in order to ``acc`` (``_lanes``): a single chain of dependent additions
+runs at the adder's latency, independent ones overlap (the deconvolution
+gradient's long sums: 1.5 ms -> 0.55 ms).  Both are ``njit(nogil=True,
 error_model="numpy")``: no fastmath (results may differ from the reference
 evaluator only by the order of additions), and arithmetic follows NumPy's
 IEEE rules (``x / 0`` is ``inf``, ``0 ** -1`` is ``inf``; no exception).
@@ -18,6 +36,7 @@ names (``u0 = _function('name')``).
 from __future__ import annotations
 
 import math
+from dataclasses import fields, replace
 
 from . import kir as K
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
@@ -34,8 +53,190 @@ U = np.uint64  # indices proven in bounds are non-negative: no wraparound test
 '''
 
 
+# kernel_parallel's extra last argument (no allocator name has an underscore);
+# an argument, not numba.get_num_threads() in the kernel, which would keep
+# Numba from caching the compiled code
+THREADS_ARG = "n_threads"
+
+
 def has_parallel(ir: KernelIR) -> bool:
-    return any(isinstance(s, Loop) and s.parallel for s in walk_stmts(ir.body))
+    return any(isinstance(s, Loop) and s.parallel for s in walk_stmts(ir.body)) or bool(reductions(ir))
+
+
+# -- parallel reductions (issue #13 item 4) -------------------------------------------
+
+
+def _names(e: K.KExpr, out: set) -> set:
+    """Every local, argument or array name an expression reads."""
+    match e:
+        case K.Name(name=n):
+            out.add(n)
+        case K.Load(array=a, index=ix):
+            out.add(a)
+            for i in ix:
+                _names(i, out)
+        case K.IBin(lhs=a, rhs=b) | K.Cmp(lhs=a, rhs=b) | K.FMul(lhs=a, rhs=b) | K.FDiv(lhs=a, rhs=b):
+            _names(a, out)
+            _names(b, out)
+        case K.MinMax(args=args) | K.BoolOp(args=args) | K.FCall(args=args):
+            for a in args:
+                _names(a, out)
+        case K.FSum(terms=ts):
+            for t in ts:
+                _names(t, out)
+        case K.Select(test=t, then=a, orelse=b):
+            for x in (t, a, b):
+                _names(x, out)
+        case K.FNeg(arg=a) | K.FPow(base=a):
+            _names(a, out)
+    return out
+
+
+def _reads(stmts, out: set, acc_targets: bool = True) -> set:
+    """Names read by statements (an accumulation reads its target, unless
+    ``acc_targets`` is False: a reduction's own partial sums)."""
+    for s in walk_stmts(stmts):
+        match s:
+            case Loop(lo=lo, hi=hi):
+                _names(lo, out)
+                _names(hi, out)
+            case If(cond=c):
+                _names(c, out)
+            case Assign(value=v):
+                _names(v, out)
+            case AccAdd(target=t, value=v):
+                _names(v, out)
+                if acc_targets:
+                    out.add(t)
+            case Store(array=a, index=ix, value=v):
+                out.add(a)
+                for i in ix:
+                    _names(i, out)
+                _names(v, out)
+            case Alloc(shape=sh):
+                for x in sh:
+                    _names(x, out)
+    return out
+
+
+def _own_break(stmts) -> bool:
+    """A ``break`` that would leave this loop (not one of an inner loop)."""
+    for s in stmts:
+        if isinstance(s, Break) or (isinstance(s, If) and (_own_break(s.then) or _own_break(s.orelse))):
+            return True
+    return False
+
+
+def _reduction_vars(loop: Loop, outside: set):
+    """The scalars ``loop`` reduces into, when it is a reduction that can be
+    split into independent chunks; else None."""
+    if loop.parallel or loop.kind not in ("sum", "rel") or _own_break(loop.body):
+        return None
+    stmts = list(walk_stmts(loop.body))
+    written = {loop.var}
+    for s in stmts:
+        if isinstance(s, (Assign, Alloc)):
+            written.add(s.target if isinstance(s, Assign) else s.name)
+        elif isinstance(s, Loop):
+            written.add(s.var)
+    accs = sorted({s.target for s in stmts if isinstance(s, AccAdd)} - written)
+    if not accs:
+        return None
+    # every array stored to is allocated per iteration (no shared writes)
+    mine = {s.name for s in stmts if isinstance(s, Alloc) and not s.pooled}
+    if any(isinstance(s, Store) and s.array not in mine for s in stmts):
+        return None
+    if set(accs) & _reads(loop.body, set(), acc_targets=False):
+        return None  # a partial sum read inside the loop: not a plain reduction
+    if written & outside:
+        return None  # a value computed in the loop is read after it
+    return tuple(accs)
+
+
+def reductions(ir: KernelIR) -> dict:
+    """``id(loop) -> reduction variables`` for the top-level reductions that
+    the parallel variant splits into per-thread chunks."""
+    out: dict = {}
+    top = []
+
+    def collect(stmts):
+        for s in stmts:
+            if isinstance(s, Loop):
+                top.append(s)
+            elif isinstance(s, If):
+                collect(s.then)
+                collect(s.orelse)
+
+    collect(ir.body)
+    cands = [s for s in top if not s.parallel and s.kind in ("sum", "rel")]
+    if not cands:
+        return out
+    for loop in cands:
+        outside = _reads_except(ir.body, loop, set(ir.results))
+        accs = _reduction_vars(loop, outside)
+        if accs:
+            out[id(loop)] = accs
+    return out
+
+
+def _reads_except(stmts, skip, out: set) -> set:
+    """Names read by ``stmts`` outside the statement ``skip``."""
+    for s in stmts:
+        if s is skip:
+            continue
+        if isinstance(s, If):
+            _names(s.cond, out)
+            _reads_except(s.then, skip, out)
+            _reads_except(s.orelse, skip, out)
+        else:
+            _reads([s], out)
+    return out
+
+
+def _rename_acc(stmts, ren: dict) -> tuple:
+    out = []
+    for s in stmts:
+        match s:
+            case AccAdd(target=t, value=v) if t in ren:
+                s = AccAdd(ren[t], v)
+            case Loop(body=b):
+                s = replace(s, body=_rename_acc(b, ren))
+            case If(then=t, orelse=e):
+                s = replace(s, then=_rename_acc(t, ren), orelse=_rename_acc(e, ren))
+        out.append(s)
+    return tuple(out)
+
+
+def _chunked(loop: Loop, accs, depth: int, lines: list) -> None:
+    """A reduction loop split into ``T`` contiguous chunks of its iterations,
+    one ``prange`` iteration each, with partial sums combined in chunk order."""
+    ind = "    " * depth
+    v, st = loop.var, loop.step
+    T, c, lo, cnt = f"{v}_T", f"{v}_c", f"{v}_lo", f"{v}_N"
+    lines.append(f"{ind}{T} = max(1, {THREADS_ARG})\n")
+    lines.append(f"{ind}{lo} = {expr(loop.lo)}\n")
+    lines.append(f"{ind}{cnt} = max(0, ({expr(loop.hi)} - {lo} + {st - 1}) // {st})\n")
+    for a in accs:
+        lines.append(f"{ind}{a}_p = np.zeros({T}, dtype=F)\n")
+    lines.append(f"{ind}for {c} in prange({T}):\n")
+    for a in accs:
+        lines.append(f"{ind}    {a}_q = F(0.0)\n")
+    start, stop = f"(({cnt} * {c}) // {T})", f"(({cnt} * ({c} + 1)) // {T})"
+    body = _rename_acc(loop.body, {a: f"{a}_q" for a in accs})
+    if st == 1:  # the chunk as a loop node: printed like any loop (lanes included)
+        start_e = K.IBin("//", K.IBin("*", K.Name(cnt), K.Name(c)), K.Name(T))
+        stop_e = K.IBin("//", K.IBin("*", K.Name(cnt), K.IBin("+", K.Name(c), K.Int(1))), K.Name(T))
+        chunk = Loop(v, K.IBin("+", K.Name(lo), start_e), K.IBin("+", K.Name(lo), stop_e), 1, body, loop.kind)
+        _stmts([chunk], depth + 1, False, lines, {})
+    else:
+        lines.append(f"{ind}    for {v}_k in range({start}, {stop}):\n")
+        lines.append(f"{ind}        {v} = {lo} + {v}_k * {st}\n")
+        _stmts(body, depth + 2, False, lines, {})  # no prange nested in a prange
+    for a in accs:
+        lines.append(f"{ind}    {a}_p[{c}] = {a}_q\n")
+    lines.append(f"{ind}for {c} in range({T}):\n")
+    for a in accs:
+        lines.append(f"{ind}    {a} += {a}_p[{c}]\n")
 
 
 def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool = True) -> str:
@@ -54,20 +255,25 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         variants.append(("kernel_parallel", True))
     for name, par in variants:
         opts = "**_OPTS, parallel=True" if par else "**_OPTS"
-        out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(ir.args)}):\n")
+        args = ir.args + [THREADS_ARG] if par else ir.args
+        out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
-        _stmts(ir.body, 1, par, lines)
+        _stmts(ir.body, 1, par, lines, reductions(ir) if par else {})
         res = [f"{r}.copy()" if r in ir.copies else r for r in ir.results]
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")
         out.append("".join(lines))
     return "".join(out)
 
 
-def _stmts(stmts, depth: int, par: bool, lines: list) -> None:
+def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
+    """Print statements; ``red``: the top-level reductions to split (``reductions``)."""
     ind = "    " * depth
     if not stmts:
         lines.append(f"{ind}pass\n")
     for s in stmts:
+        if isinstance(s, Loop) and id(s) in red:
+            _chunked(s, red[id(s)], depth, lines)
+            continue
         match s:
             case Alloc(name=n, zero=z, pooled=True):
                 if z:
@@ -80,18 +286,22 @@ def _stmts(stmts, depth: int, par: bool, lines: list) -> None:
                 # prange needs unit steps: count the strided points instead
                 lines.append(f"{ind}for {v}_t in prange(max(0, ({expr(hi)} - {expr(lo)} + {st - 1}) // {st})):\n")
                 lines.append(f"{ind}    {v} = {expr(lo)} + {v}_t * {st}\n")
-                _stmts(b, depth + 1, par, lines)
+                _stmts(b, depth + 1, par, lines, {})
+            case Loop(var=v, lo=lo, hi=hi, step=1, body=(AccAdd(target=t, value=val),), parallel=p) if (
+                not (p and par) and s.kind in ("sum", "rel") and t not in _names(val, set())
+            ):
+                _lanes(v, lo, hi, t, val, ind, lines)
             case Loop(var=v, lo=lo, hi=hi, step=st, body=b, parallel=p):
                 rng = "prange" if (p and par) else "range"
                 step = f", {st}" if st != 1 else ""
                 lines.append(f"{ind}for {v} in {rng}({expr(lo)}, {expr(hi)}{step}):\n")
-                _stmts(b, depth + 1, par, lines)
+                _stmts(b, depth + 1, par, lines, {})
             case If(cond=c, then=t, orelse=e):
                 lines.append(f"{ind}if {expr(c)}:\n")
-                _stmts(t, depth + 1, par, lines)
+                _stmts(t, depth + 1, par, lines, red)
                 if e:
                     lines.append(f"{ind}else:\n")
-                    _stmts(e, depth + 1, par, lines)
+                    _stmts(e, depth + 1, par, lines, red)
             case Assign(target=t, value=v):
                 lines.append(f"{ind}{t} = {expr(v)}\n")
             case AccAdd(target=t, value=v):
@@ -102,6 +312,43 @@ def _stmts(stmts, depth: int, par: bool, lines: list) -> None:
                 lines.append(f"{ind}break\n")
             case _:
                 raise TypeError(f"not a loop-IR statement: {s!r}")
+
+
+LANES = 4
+
+
+def _subst(e, name: str, repl: K.KExpr):
+    """``e`` with the index ``Name(name)`` replaced by ``repl`` (kernel-IR nodes)."""
+    if isinstance(e, K.Name):
+        return repl if e.name == name else e
+    if isinstance(e, (tuple, list)):
+        return tuple(_subst(x, name, repl) for x in e)
+    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float)):
+        return replace(e, **{f.name: _subst(getattr(e, f.name), name, repl) for f in fields(e)})
+    return e
+
+
+def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list) -> None:
+    """An innermost reduction loop ``for v: acc += val`` with ``LANES``
+    independent partial sums: one long chain of dependent additions is
+    latency-bound (about 4 cycles each); ``LANES`` chains overlap.  Lane 0 is
+    ``acc`` itself, the others start at 0 and are added, in lane order, after
+    the loop: a fixed order of additions (threads do not change it)."""
+    lo_n, hi_n = f"{v}_l", f"{v}_h"
+    lines.append(f"{ind}{lo_n} = {expr(lo)}\n")
+    lines.append(f"{ind}{hi_n} = {lo_n} + (max(0, {expr(hi)} - {lo_n}) // {LANES}) * {LANES}\n")
+    for k in range(1, LANES):
+        lines.append(f"{ind}{acc}_a{k} = F(0.0)\n")
+    lines.append(f"{ind}for {v} in range({lo_n}, {hi_n}, {LANES}):\n")
+    lines.append(f"{ind}    {acc} += {expr(val)}\n")
+    for k in range(1, LANES):
+        lines.append(f"{ind}    {acc}_a{k} += {expr(_subst(val, v, K.IBin('+', K.Name(v), K.Int(k))))}\n")
+    lines.append(f"{ind}for {v} in range({hi_n}, {expr(hi)}):\n")
+    lines.append(f"{ind}    {acc} += {expr(val)}\n")
+    rest = f"{acc}_a1"
+    for k in range(2, LANES):
+        rest = f"({rest} + {acc}_a{k})"
+    lines.append(f"{ind}{acc} += {rest}\n")
 
 
 def _index(e: K.KExpr) -> str:

@@ -8,7 +8,9 @@ Python type (and an integer's value, which may be a size).  So the full
 validation (``evaluator.prepare_inputs``, ``bounds.check_sizes``) runs once
 per signature and its outcome (sizes, precision, argument layout) is kept
 as a plan; later calls with the same signature check only finiteness and
-call the Numba entry.  A call whose signature differs re-plans through the
+call the Numba entry (arrays already contiguous and of the kernel's
+precision are passed on as they are; the result's shape is rebuilt by a
+function made once per plan).  A call whose signature differs re-plans through the
 full validation (refused exactly as before); inputs that have no signature
 (lists, bools, subclasses, relation data) always take the full path.
 """
@@ -27,8 +29,8 @@ PLAN_LIMIT = 64  # plans kept per callable (an int scalar input's value is part 
 
 def _leaf_sig(v):
     t = type(v)
-    if t is np.ndarray:
-        return (v.dtype, v.shape)
+    if t is np.ndarray:  # contiguity too: a plan may pass the array on as it is
+        return (v.dtype, v.shape, v.flags.c_contiguous)
     if t is float:
         return float
     if t is int:
@@ -70,6 +72,7 @@ def finite_checks(expr, inputs: dict) -> tuple:
 
 
 _finite_fn = None
+_FAST = (np.dtype(np.float64), np.dtype(np.float32))
 
 
 def _all_finite(a: np.ndarray) -> bool:
@@ -98,7 +101,13 @@ def check_finite(inputs: dict, checks) -> None:
         v = inputs[name]
         for k in path:
             v = v[k]
-        ok = _all_finite(v) if type(v) is np.ndarray else math.isfinite(v)
+        if type(v) is np.ndarray:
+            if _finite_fn is not None and v.dtype in _FAST and v.flags.c_contiguous:
+                ok = _finite_fn(v)  # the common case, without _all_finite's call
+            else:
+                ok = _all_finite(v)
+        else:
+            ok = math.isfinite(v)
         if not ok:
             what = name + "".join(f".{k}" for k in path)
             raise InputError(f"input {what} contains NaN or infinity")

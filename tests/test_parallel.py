@@ -1,0 +1,213 @@
+"""Issue #13 item 4: multi-core kernels (paper Section 4.3's loops, in parallel).
+
+The parallel variant runs the outer loops of top-level gens with ``prange``
+and splits a top-level reduction into ``T`` contiguous chunks (``T`` the
+thread count) whose partial sums are added in chunk order.  Checked here:
+
+* the split reduction's exact floating-point value, computed independently
+  in Python with the same chunks and lanes (bitwise equal), and within
+  rounding of NumPy's;
+* the same thread count gives bitwise the same result on every call;
+  ``threads=1`` is the serial kernel;
+* gradients with two threads against NumPy;
+* the reduction detection on the loop IR (not on source text), the work
+  estimate by hand count, the automatic choice and ``threads=`` validation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.backend import api as backend_api
+from tensorlang.backend.codegen import reductions
+from tensorlang.backend.prepare import prepare
+
+
+def sumsq():
+    n = tl.size("n")
+    x = tl.tensor("x", n)
+    return tl.sum(n, lambda i: x[i] * x[i]), x
+
+
+LANES = 4  # codegen.LANES: an innermost reduction keeps four partial sums
+
+
+def lane_sum(acc: float, terms) -> float:
+    """An innermost reduction loop's order of additions, by hand: lane 0 is
+    ``acc`` and takes terms 0, 4, 8, ... and the remainder, lane k (from 0.0)
+    terms k, k + 4, ...; then acc += ((lane1 + lane2) + lane3)."""
+    terms = [float(t) for t in terms]
+    full = len(terms) // LANES * LANES
+    lanes = [0.0] * LANES
+    for q in range(0, full, LANES):
+        acc += terms[q]
+        for k in range(1, LANES):
+            lanes[k] += terms[q + k]
+    for t in terms[full:]:
+        acc += t
+    rest = lanes[1]
+    for k in range(2, LANES):
+        rest = rest + lanes[k]
+    return acc + rest
+
+
+def chunked_sum_of_squares(xs: np.ndarray, T: int) -> float:
+    """The split reduction's order of additions, by hand: chunk k covers
+    [N k // T, N (k+1) // T), summed from 0.0 (``lane_sum``), the partial
+    sums then added to 0.0 in chunk order."""
+    N = len(xs)
+    acc = 0.0
+    for k in range(T):
+        lo, hi = N * k // T, N * (k + 1) // T
+        acc += lane_sum(0.0, [float(xs[i]) * float(xs[i]) for i in range(lo, hi)])
+    return acc
+
+
+def rounding_sensitive(n: int, seed: int = 0) -> np.ndarray:
+    """Values whose sum of squares depends on the order of additions."""
+    for s in range(seed, seed + 20):  # the first seed whose two orders differ
+        xs = np.random.default_rng(s).standard_normal(n)
+        if chunked_sum_of_squares(xs, 1) != chunked_sum_of_squares(xs, 2):
+            return xs
+    raise AssertionError("no rounding-sensitive data found")
+
+
+def test_split_reduction_has_the_chunked_order_exactly():
+    loss, _ = sumsq()
+    xs = rounding_sensitive(1001)
+    k1, k2 = tl.compile(loss, threads=1), tl.compile(loss, threads=2)
+    serial, par = k1(x=xs), k2(x=xs)
+    assert serial == chunked_sum_of_squares(xs, 1)
+    assert par == chunked_sum_of_squares(xs, 2)
+    assert par == pytest.approx(float(np.dot(xs, xs)), rel=1e-12)
+    assert all(k2(x=xs) == par for _ in range(20))  # the same result for the same thread count
+
+
+def test_reduction_is_found_on_the_loop_ir():
+    loss, _ = sumsq()
+    ir = tl.compile(loss, threads=2).loop_ir
+    red = reductions(ir)
+    assert len(red) == 1
+    (accs,) = red.values()
+    assert len(accs) == 1
+    # a gen's outer loop is parallel itself and no reduction
+    n = tl.size("n")
+    x = tl.tensor("x", n)
+    g = tl.gen(n, lambda i: tl.sum(n, lambda j: x[i] * x[j]))
+    assert reductions(tl.compile(g, threads=2).loop_ir) == {}
+
+
+def deconv():
+    n, m = tl.sizes("n m")
+    x, c, z = tl.tensor("x", n + m - 1), tl.tensor("c", m), tl.tensor("z", n)
+    y = tl.gen(n, lambda i: tl.sum(m, lambda j: x[i - j + m - 1] * c[j]))
+    return tl.sum(n, lambda i: (y[i] - z[i]) ** 2), x, c
+
+
+def test_two_threads_value_and_grad_against_numpy():
+    loss, x, c = deconv()
+    rng = np.random.default_rng(1)
+    N, M = 3000, 7
+    d = dict(x=rng.standard_normal(N + M - 1), c=rng.standard_normal(M), z=rng.standard_normal(N))
+    y = np.convolve(d["x"], d["c"], mode="valid")
+    r = 2 * (y - d["z"])
+    want_gx = np.convolve(r, d["c"][::-1], mode="full")
+    want_gc = np.correlate(d["x"], r, mode="valid")[::-1]
+    vg2 = tl.value_and_grad(loss, wrt=[x, c], threads=2)
+    vg1 = tl.value_and_grad(loss, wrt=[x, c], threads=1)
+    v2, (gx2, gc2) = vg2(**d)
+    v1, (gx1, gc1) = vg1(**d)
+    assert v2 == pytest.approx(float(np.sum((y - d["z"]) ** 2)), rel=1e-12)
+    assert v2 == pytest.approx(v1, rel=1e-13)
+    for a, b in ((gx2, want_gx), (gc2, want_gc), (gx1, want_gx), (gc1, want_gc)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+    # gens are written element by element: the gradient does not depend on the threads
+    np.testing.assert_array_equal(gx2, gx1)
+    np.testing.assert_array_equal(gc2, gc1)
+    v2b, (gx2b, _) = vg2(**d)
+    assert v2b == v2
+    np.testing.assert_array_equal(gx2b, gx2)
+
+
+def test_bracketed_and_nested_reductions_split_correctly():
+    """A bracket narrows the reduction's loops (bounds depend on a size) and
+    a double sum nests: both split over the outer loop."""
+    n = tl.size("n")
+    A = tl.tensor("A", n, n)
+    tri = tl.sum([n, n], lambda i, j: tl.iverson(j <= i, A[i, j] * A[j, i]))
+    rng = np.random.default_rng(2)
+    Av = rng.standard_normal((257, 257))
+    want = float(np.sum(np.tril(Av * Av.T)))
+    for T in (1, 2):
+        assert tl.compile(tri, threads=T)(A=Av) == pytest.approx(want, rel=1e-12)
+    # the outer loop is split by rows; each row is an innermost reduction
+    # (``lane_sum``) continuing the chunk's partial sum
+    exp = 0.0
+    for k in range(2):
+        q = 0.0
+        for i in range(257 * k // 2, 257 * (k + 1) // 2):
+            q = lane_sum(q, [float(Av[i, j]) * float(Av[j, i]) for j in range(i + 1)])
+        exp += q
+    serial = 0.0
+    for i in range(257):
+        serial = lane_sum(serial, [float(Av[i, j]) * float(Av[j, i]) for j in range(i + 1)])
+    assert tl.compile(tri, threads=2)(A=Av) == exp
+    assert tl.compile(tri, threads=1)(A=Av) == serial
+    assert exp == pytest.approx(want, rel=1e-12)
+
+
+def test_work_points_by_hand():
+    loss, x, c = deconv()
+    # the loss: one reduction over n (the convolution is fused into it)
+    assert backend_api.work_points(prepare(loss), {"n": 1000, "m": 16}) == 1000
+    n = tl.size("n")
+    X = tl.tensor("X", n)
+    g = tl.gen([n, n], lambda i, j: tl.sum(n, lambda k: X[i] * X[j] * X[k]))
+    assert backend_api.work_points(prepare(g), {"n": 10}) == 1000
+
+
+def test_automatic_choice_uses_both_cores_when_large_and_free(monkeypatch):
+    loss, _ = sumsq()
+    xs = rounding_sensitive(5000, seed=3)
+    monkeypatch.setattr(backend_api, "PARALLEL_MIN", 4096)
+    monkeypatch.setattr(backend_api, "cores_free", lambda: True)
+    monkeypatch.setattr(backend_api.os, "cpu_count", lambda: 2)
+    k = tl.compile(loss)
+    got = k(x=xs)
+    import numba
+
+    assert got == chunked_sum_of_squares(xs, numba.get_num_threads())
+    # small work: serial, the single-thread order
+    assert k(x=xs[:1000]) == chunked_sum_of_squares(xs[:1000], 1)
+    # a busy machine: serial as well
+    monkeypatch.setattr(backend_api, "cores_free", lambda: False)
+    k2 = tl.compile(loss)
+    assert k2(x=xs) == chunked_sum_of_squares(xs, 1)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_threads_must_be_a_positive_int(bad):
+    loss, x = sumsq()
+    with pytest.raises(tl.TensorLangError, match="threads"):
+        tl.grad(loss, wrt=x, threads=bad)
+    with pytest.raises(tl.TensorLangError, match="threads"):
+        tl.compile(loss, threads=bad)
+
+
+def test_automatic_choice_is_serial_when_numba_has_one_thread(monkeypatch):
+    import numba
+
+    loss, _ = sumsq()
+    xs = rounding_sensitive(5000, seed=3)
+    monkeypatch.setattr(backend_api, "PARALLEL_MIN", 4096)
+    monkeypatch.setattr(backend_api, "cores_free", lambda: True)
+    monkeypatch.setattr(backend_api.os, "cpu_count", lambda: 2)
+    k = tl.compile(loss)
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        assert k(x=xs) == chunked_sum_of_squares(xs, 1)
+    finally:
+        numba.set_num_threads(old)
