@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from . import bounds
+from .passes.profile import build as _build, stage as _timed
 from .errors import InputError, TensorLangError, UnsupportedError, describe
 from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
 from .typecheck import check_program, type_of
@@ -71,9 +72,11 @@ def derivative(expr: Expr, wrt, *, simplify: bool = True) -> Expr:
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     sigma = tangent_inputs(expr, xs)
-    out = total_derivative(expr, sigma)
+    with _timed("derivative"):
+        out = total_derivative(expr, sigma)
     out = simp(out) if simplify else out
-    bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
+    with _timed("bounds"):
+        bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
     return out
 
 
@@ -108,7 +111,8 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     else:
         out = transpose(ssa, xs, seed)
         out = simp(out) if simplify else out
-    bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
+    with _timed("bounds"):
+        bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
     return out
 
 
@@ -130,7 +134,8 @@ class _Program:
         self.source = source
         self.prog = prog
         # the source's accesses are proven in range, up to these size constraints
-        self.constraints = bounds.check_program(source)
+        with _timed("bounds"):
+            self.constraints = bounds.check_program(source)
         if _DEBUG:  # and the derived program's own accesses, as a check of the passes
             bounds.check_program(prog)
         self.extra = {v.name: v for v in extra}
@@ -201,51 +206,61 @@ def _grad_program(loss: Expr, xs, mode: str) -> Expr:
 
 @deep
 def grad(loss: Expr, wrt, *, mode: str = "sparse"):
-    """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``)."""
-    _check_mode(mode)
-    check_program(loss)
-    bounds.check_program(loss)
-    xs, single = _wrt_list(wrt)
-    prog = _Program(loss, _grad_program(loss, xs, mode), mode)
+    """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``).
+
+    ``g.profile``: seconds per stage of building ``g`` (filled when profiling
+    is on, ``TENSORLANG_PROFILE=1`` or ``passes.profile.recording()``)."""
+    with _build("grad") as times:
+        _check_mode(mode)
+        check_program(loss)
+        with _timed("bounds"):
+            bounds.check_program(loss)
+        xs, single = _wrt_list(wrt)
+        prog = _Program(loss, _grad_program(loss, xs, mode), mode)
 
     def g(**inputs):
         return _unpack(prog(inputs), 1 if single else len(xs))
 
     g.program = prog.prog
+    g.profile = times
     return g
 
 
 @deep
 def value_and_grad(loss: Expr, wrt, *, mode: str = "sparse"):
     """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``."""
-    _check_mode(mode)
-    check_program(loss)
-    bounds.check_program(loss)
-    xs, single = _wrt_list(wrt)
-    gprog = _Program(loss, _grad_program(loss, xs, mode), mode)
-    vprog = _Program(loss, loss, mode)
+    with _build("value_and_grad") as times:
+        _check_mode(mode)
+        check_program(loss)
+        bounds.check_program(loss)
+        xs, single = _wrt_list(wrt)
+        gprog = _Program(loss, _grad_program(loss, xs, mode), mode)
+        vprog = _Program(loss, loss, mode)
 
     def vg(**inputs):
         return vprog(inputs), _unpack(gprog(inputs), 1 if single else len(xs))
 
     vg.program = gprog.prog
+    vg.profile = times
     return vg
 
 
 @deep
 def vjp(expr: Expr, wrt, *, mode: str = "sparse", cotangent: str = "dy"):
     """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the output cotangent ``dy``."""
-    _check_mode(mode)
-    check_program(expr)
-    bounds.check_program(expr)
-    xs, single = _wrt_list(wrt)
-    seed = _seed(expr, cotangent)
-    prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
+    with _build("vjp") as times:
+        _check_mode(mode)
+        check_program(expr)
+        bounds.check_program(expr)
+        xs, single = _wrt_list(wrt)
+        seed = _seed(expr, cotangent)
+        prog = _Program(expr, adjoint(expr, xs, cotangent=cotangent, mode=mode), mode, extra=(seed,))
 
     def f(**inputs):
         return _unpack(prog(inputs), 1 if single else len(xs))
 
     f.program = prog.prog
+    f.profile = times
     return f
 
 
@@ -254,18 +269,20 @@ def jvp(expr: Expr, wrt, *, mode: str = "sparse"):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are named ``d<name>``."""
     from .passes.total_derivative import tangent_inputs
 
-    _check_mode(mode)
-    check_program(expr)
-    bounds.check_program(expr)
-    xs, _ = _wrt_list(wrt)
-    tangents = list(tangent_inputs(expr, xs).values())
-    dprog = _Program(expr, derivative(expr, xs), mode, extra=tangents)
-    vprog = _Program(expr, expr, mode)
+    with _build("jvp") as times:
+        _check_mode(mode)
+        check_program(expr)
+        bounds.check_program(expr)
+        xs, _ = _wrt_list(wrt)
+        tangents = list(tangent_inputs(expr, xs).values())
+        dprog = _Program(expr, derivative(expr, xs), mode, extra=tangents)
+        vprog = _Program(expr, expr, mode)
 
     def f(**inputs):
         return vprog({k: v for k, v in inputs.items() if k not in dprog.extra}), dprog(inputs)
 
     f.program = dprog.prog
+    f.profile = times
     return f
 
 
