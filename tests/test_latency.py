@@ -134,3 +134,14 @@ def test_quiet_gc_restores_the_threshold_and_nests():
             assert gc.get_threshold() == BUILD_GC_THRESHOLD
         assert gc.get_threshold() == BUILD_GC_THRESHOLD
     assert gc.get_threshold() == before
+
+
+def test_compile_bench_chain_child_checks_its_gradient():
+    from benchmarks import compile_bench
+
+    r = compile_bench._child_chain(30)
+    assert r["error"] < 1e-9 and r["build"] > 0
+    assert {"adjoint", "simplify", "tensor_ssa"} <= set(r["stages"])
+    s = compile_bench._summary([{"workload": "w", "cold": {"total": 2.0, "error": 0.0},
+                                 "warm": {"total": 0.5, "error": 0.0}}])
+    assert s["cold_median"] == 2.0 and s["warm_worst"] == 0.5 and not s["failed"]
