@@ -22,7 +22,7 @@ import numpy as np
 from . import bounds
 from .passes.profile import build as _build, stage as _timed
 from .errors import InputError, TensorLangError, UnsupportedError, describe
-from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
+from .ir import REAL, Const, Expr, Let, Var, input_vars, relations_of, size_vars, subst
 from .typecheck import check_program, type_of
 
 MODES = ("sparse", "naive")
@@ -200,8 +200,12 @@ def _grad_program(loss: Expr, xs, mode: str) -> Expr:
     adj = adjoint(loss, xs, cotangent=name, mode=mode, simplify=False)
     seed = Var(name, 0, REAL)
     # ∇l(x) = DT l(x, 1)  (RULES.md 5.1)
-    out = subst(adj, vals={seed: Const(1)})
-    return simp(out) if mode == "sparse" else out
+    if mode != "sparse":
+        return subst(adj, vals={seed: Const(1)})
+    # as a binding, propagated by simplify's one pass over the let-block: a
+    # substitution into the whole block computed the free variables of every
+    # suffix of it (quadratic in its length, issue #14)
+    return simp(Let(seed, Const(1), adj))
 
 
 @deep
