@@ -60,6 +60,7 @@ from .adjoint_rules import (
     transpose_map,
     transpose_unary_contraction,
 )
+from .profile import stage as _timed
 from .ssa_form import AddRHS, ConstRHS, ContractRHS, InputRHS, MapRHS, classify, is_tensor_ssa
 
 
@@ -70,7 +71,19 @@ class _State:
         self.primal: list = []  # ordinary bindings of the program
         self.adjoint: list = []  # ordinary bindings produced by the reverse pass
         self.dlets: list = []  # (dX, Deriv), outermost first
-        self.terms: list = []  # the ⊕-sum
+        # the ⊕-sum, its products grouped by their right side (a differential
+        # variable): the reverse pass takes the products of one dlet at a
+        # time, and scanning the whole sum per dlet was quadratic (issue #14)
+        self.by_right: dict = {}
+
+    @property
+    def terms(self) -> list:
+        """The ⊕-sum as one list (for messages and rule left sides)."""
+        return [t for ts in self.by_right.values() for t in ts]
+
+    def take(self, right) -> list:
+        """Remove and return the products whose right side is ``right``."""
+        return self.by_right.pop(right, [])
 
     # -- lifting lets out of the ⊕-sum (Note on 6.39) and past the dlets (6.25)
     def absorb(self, t) -> None:
@@ -101,7 +114,7 @@ class _State:
         if isinstance(t, Zero):
             drop_zero_term(OPlus((HOLE, t)))
             return
-        self.terms.append(t)
+        self.by_right.setdefault(t.right, []).append(t)
 
 
 def _past_dlets(dlets: list, var, value) -> None:
@@ -123,10 +136,9 @@ def _check_ssa(e: Expr) -> None:
 
 def _merge_all(state: _State, target) -> Inner | None:
     """6.39 (or 6.28 at pair type) until one product has ``target`` on its right."""
-    mine = [t for t in state.terms if isinstance(t, Inner) and t.right is target]
+    mine = state.take(target)
     if not mine:
         return None
-    state.terms = [t for t in state.terms if not (isinstance(t, Inner) and t.right is target)]
     acc = mine[0]
     for nxt in mine[1:]:
         pair = OPlus((acc, nxt))
@@ -183,6 +195,11 @@ def transpose(e: Expr, wrt, seed: Var) -> Expr:
     type); the result computes the cotangents of ``wrt`` (a nested pair
     ``(E0, (E1, …))`` for several).  The result is not simplified.
     """
+    with _timed("adjoint"):
+        return _transpose(e, wrt, seed)
+
+
+def _transpose(e: Expr, wrt, seed: Var) -> Expr:
     _check_ssa(e)
     if seed.type is not type_of(e):
         raise TensorLangError(f"the cotangent {seed.name} has type {seed.type}, the output has type {type_of(e)}")
@@ -216,7 +233,9 @@ def transpose(e: Expr, wrt, seed: Var) -> Expr:
         dx, d = state.dlets.pop()
         one = _merge_all(state, dx)
         if one is None:
-            drop_unused_dlet(DLet(dx, d, OPlus(tuple(state.terms))))
+            # 6.32: no product mentions dX (the index says so); the rest of
+            # the sum is not inspected, so it is passed as a hole
+            drop_unused_dlet(DLet(dx, d, OPlus((HOLE,))))
             continue
         r = reverse_binding(DLet(dx, d, OPlus((one,))))
         state._hoist(r.var, r.value)
@@ -231,7 +250,7 @@ def transpose(e: Expr, wrt, seed: Var) -> Expr:
             outs.append(zero_of(x.type))
         else:
             outs.append(masked(one.left, one.pred, one.ivars))
-    leftover = [u for u in state.terms if isinstance(u, Inner)]
+    leftover = state.terms
     if leftover:  # pragma: no cover - every differential is consumed above
         raise UnsupportedError(f"adjoint left {len(leftover)} unprocessed inner product(s)")
     result = outs[-1]

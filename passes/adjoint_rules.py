@@ -166,6 +166,7 @@ from tensorlang.ir import (  # noqa: E402
 )
 from tensorlang.typecheck import type_of, zero_of  # noqa: E402
 
+from .env import extend  # noqa: E402
 from .rules import rule  # noqa: E402
 from .ssa_form import AddRHS, ConstRHS, ContractRHS, InputRHS, MapRHS, classify  # noqa: E402
 
@@ -280,7 +281,7 @@ def extract_let(t):
     let, sigma = t.right.expr, t.right.sigma
     x = let.var
     dx = fresh_var("d" + x.name, x.type)
-    sigma2 = {**sigma, x: dx}
+    sigma2 = extend(sigma, x, dx)  # persistent: O(1) along the let-block (issue #14)
     return BLet(x, let.value, DLet(dx, Deriv(let.value, sigma), Inner(t.left, Deriv(let.body, sigma2), t.pred, t.ivars)))
 
 

@@ -26,6 +26,7 @@ from .normal_forms import (
     why_not_pair_free,
 )
 from .pair_elim import pair_elim
+from .profile import stage as _timed
 from .ssa_form import is_tensor_ssa
 from .tensor_ssa import tensor_ssa
 
@@ -89,7 +90,8 @@ def run_stage(stage: Stage, e: Expr) -> Expr:
         msg = stage.pre(e)
         if msg:
             raise NormalFormViolation(f"{stage.name}: precondition violated: {msg}")
-    out = stage.run(e)
+    with _timed(stage.name):
+        out = stage.run(e)
     if _DEBUG:
         msg = stage.post(out)
         if msg:
@@ -106,7 +108,8 @@ def normalize(expr: Expr) -> Expr:
     check_program(expr)
     if is_tensor_ssa(expr):  # already normal: the SSA pass is the identity on it
         return run_stage(STAGES[-1], expr)
-    e = explicit_sharing(expr)
+    with _timed("sharing"):
+        e = explicit_sharing(expr)
     for stage in STAGES:
         e = run_stage(stage, e)
     return e

@@ -66,6 +66,8 @@ from tensorlang.ir import (
     sym_aff,
 )
 from tensorlang.sharing import has_work
+
+from .profile import stage as _timed
 from tensorlang.typecheck import type_of, zero_of
 
 # --------------------------------------------------------------------------
@@ -587,6 +589,11 @@ class _Simplifier:
 
 def simplify(e: Expr, *, max_rounds: int = 8) -> Expr:
     """Signature: simplify : Expr -> Expr (value-preserving, never more costly)."""
+    with _timed("simplify"):
+        return _simplify(e, max_rounds)
+
+
+def _simplify(e: Expr, max_rounds: int) -> Expr:
     t = type_of(e)
     for _ in range(max_rounds):
         new = _Simplifier().expr(e, _Ctx())

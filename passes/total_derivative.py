@@ -38,6 +38,7 @@ from tensorlang.ir import (
 )
 from tensorlang.typecheck import type_of, zero_of
 
+from .env import extend
 from .rules import rule
 
 # --------------------------------------------------------------------------
@@ -222,7 +223,7 @@ def d_let(e, sigma, D):
         return None
     x = e.var
     dx = fresh_var("d" + x.name, x.type)
-    inner = D(e.body, {**sigma, x: dx})
+    inner = D(e.body, extend(sigma, x, dx))  # persistent: O(1) per binding (issue #14)
     return Let(x, e.value, Let(dx, D(e.value, sigma), inner))
 
 

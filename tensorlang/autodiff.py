@@ -30,8 +30,9 @@ import os
 import numpy as np
 
 from . import bounds
+from .passes.profile import build as _build, stage as _timed
 from .errors import InputError, TensorLangError, UnsupportedError, describe
-from .ir import REAL, Const, Expr, Pair, Var, free_vars, input_vars, lets, make_lets, relations_of, size_vars, subst
+from .ir import REAL, Const, Expr, Let, Pair, Var, free_vars, input_vars, lets, make_lets, relations_of, size_vars, subst
 from .typecheck import check_program, type_of
 from .loops import has_loop
 
@@ -120,9 +121,11 @@ def derivative(expr: Expr, wrt, *, simplify: bool = True) -> Expr:
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     sigma = tangent_inputs(expr, xs)
-    out = total_derivative(expr, sigma)
+    with _timed("derivative"):
+        out = total_derivative(expr, sigma)
     out = simp(out) if simplify else out
-    bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
+    with _timed("bounds"):
+        bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
     return out
 
 
@@ -176,7 +179,8 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     out = _transposed(normalize_for_adjoint(expr), xs, seed, mode)
     if mode != "naive" and simplify:
         out = simp(out)
-    bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
+    with _timed("bounds"):
+        bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
     return out
 
 
@@ -208,7 +212,8 @@ class _Program:
         self.source = source
         self.prog = prog
         # the source's accesses are proven in range, up to these size constraints
-        self.constraints = bounds.check_program(source)
+        with _timed("bounds"):
+            self.constraints = bounds.check_program(source)
         if _DEBUG:  # and the derived program's own accesses, as a check of the passes
             bounds.check_program(prog)
         self.extra = {v.name: v for v in extra}
@@ -370,14 +375,19 @@ def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False) -> Expr:
     if value:
         adj = with_primal(ssa, adj)
     # ∇l(x) = DT l(x, 1)  (RULES.md 5.1); simplified once, after the seed is 1
-    out = subst(adj, vals={seed: Const(1)})
-    out = simp(out) if mode == "sparse" else out
-    bounds.inherit(out, loss)  # it runs only at sizes where the source's accesses are in range
+    if mode != "sparse":
+        out = subst(adj, vals={seed: Const(1)})
+    else:
+        # as a binding, propagated by simplify's one pass over the let-block: a
+        # substitution into the whole block computed the free variables of every
+        # suffix of it (quadratic in its length, issue #14)
+        out = simp(Let(seed, Const(1), adj))
+    with _timed("bounds"):
+        bounds.inherit(out, loss)  # it runs only at sizes where the source's accesses are in range
     return out
 
 
-@deep
-def grad(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
+def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
     """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``);
     ``adjoint=``, ``loops=`` (or the older ``mode=``): see :func:`options`."""
     adj, lp = options(mode, adjoint, loops)
@@ -400,8 +410,7 @@ def grad(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
     return g
 
 
-@deep
-def value_and_grad(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
+def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
     """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``: one kernel
     computes the loss once and the gradient from its residuals."""
     adj, lp = options(mode, adjoint, loops)
@@ -425,8 +434,7 @@ def value_and_grad(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, thre
     return vg
 
 
-@deep
-def vjp(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangent: str = "dy", with_value: bool = False,
+def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangent: str = "dy", with_value: bool = False,
         threads=None):
     """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the
     output cotangent ``dy``; ``with_value=True`` gives ``(value, cotangents)``
@@ -482,8 +490,7 @@ def _jvp_program(expr: Expr, xs) -> Expr:
     return out
 
 
-@deep
-def jvp(expr: Expr, wrt, *, mode=None, loops=None, threads=None):
+def _jvp_build(expr: Expr, wrt, *, mode=None, loops=None, threads=None):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are
     named ``d<name>``.  One kernel computes both.  (Forward mode has no
     adjoint: ``mode="naive"`` only means ``loops="box"``.)"""
@@ -517,3 +524,41 @@ def jvp(expr: Expr, wrt, *, mode=None, loops=None, threads=None):
 
 
 _ = np
+
+
+def _profiled(kind: str, build, *args, **kwargs):
+    """Build a derivative callable with its stage times on ``.profile``
+    (seconds per stage; filled when profiling is on, ``TENSORLANG_PROFILE=1``
+    or ``passes.profile.recording()``)."""
+    with _build(kind) as times:
+        f = build(*args, **kwargs)
+    try:
+        f.profile = times
+    except AttributeError:  # pragma: no cover - a callable without a __dict__
+        pass
+    return f
+
+
+@deep
+def grad(loss: Expr, wrt, **options_):
+    """``grad(loss, wrt=x, *, mode=None, adjoint=None, loops=None, threads=None)(**inputs)``:
+    the gradient (a tuple for ``wrt=[x, c]``); ``g.profile`` holds the build's stage times."""
+    return _profiled("grad", _grad_build, loss, wrt, **options_)
+
+
+@deep
+def value_and_grad(loss: Expr, wrt, **options_):
+    """``value_and_grad(loss, wrt, ...)(**inputs) -> (value, grad)`` from one kernel."""
+    return _profiled("value_and_grad", _value_and_grad_build, loss, wrt, **options_)
+
+
+@deep
+def vjp(expr: Expr, wrt, **options_):
+    """``vjp(expr, wrt, *, cotangent="dy", with_value=False, ...)(**inputs, dy=...)``."""
+    return _profiled("vjp", _vjp_build, expr, wrt, **options_)
+
+
+@deep
+def jvp(expr: Expr, wrt, **options_):
+    """``jvp(expr, wrt, ...)(**inputs, dx=...) -> (value, tangent)`` from one kernel."""
+    return _profiled("jvp", _jvp_build, expr, wrt, **options_)

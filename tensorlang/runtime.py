@@ -63,8 +63,11 @@ class LazyKernel:
     def _get(self):
         if self._impl is None:
             from .backend.api import compile as _compile
+            from .passes.profile import build, stage
 
-            self._impl = _compile(self.expr, mode=self.mode, threads=self.threads)
+            with build("kernel") as times, stage("backend"):  # prepare, lower, codegen, import
+                self._impl = _compile(self.expr, mode=self.mode, threads=self.threads)
+            self.profile = times
         return self._impl
 
     @property
