@@ -162,11 +162,24 @@ class _Acc:
         return _simplify(_to_sympy(pw, self.params) + extra)
 
 
+# piecewise_fold multiplies out the branches of every Piecewise in a sum or
+# product (and simplifies each combined condition): exponential in the number
+# of Piecewise terms, minutes for some relational programs.  Fold only when the
+# combined branch count is small; otherwise the sum of Piecewise terms is kept,
+# which denotes the same function.
+_FOLD_LIMIT = 16
+
+
 def _simplify(x):
     """Expand polynomial parts; keep a Piecewise's structure."""
-    if x.has(sympy.Piecewise):
-        return sympy.piecewise_fold(x)
-    return sympy.expand(x)
+    if not x.has(sympy.Piecewise):
+        return sympy.expand(x)
+    branches = 1
+    for pw in x.atoms(sympy.Piecewise):
+        branches *= len(pw.args)
+        if branches > _FOLD_LIMIT:
+            return x
+    return sympy.piecewise_fold(x)
 
 
 def relational_count(B, P: Pred, carrier, params, depth: int = 0):
