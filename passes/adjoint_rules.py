@@ -157,6 +157,7 @@ from tensorlang.ir import (  # noqa: E402
     access,
     conj,
     disj,
+    free_indices,
     fresh_index,
     fresh_var,
     iverson,
@@ -562,8 +563,15 @@ def transpose_unary_contraction(t):
     dyg = access(t.left, affs(i for i, _ in g))
     ((x, a),) = v.factors
     d = fresh_var("d" + x.name + "'", x.type)
-    e = make_gens(i0, make_sums(g + s, iverson(pp, dyg)))
-    return BLet(d, e, Inner(d, Deriv(x, t.right.sigma), exists(g + s, pp), tuple(a)))
+    inner = Inner(d, Deriv(x, t.right.sigma), exists(g + s, pp), tuple(a))
+    summed = make_sums(g + s, iverson(pp, dyg))
+    if i0 and not (free_indices(summed) & {i for i, _ in i0}):
+        # X is broadcast (no index of X occurs in the summand): the reduction is
+        # the same at every ~i, so it is bound once; inside gen[~i] it would be
+        # recomputed per element, |~i| times the primal's cost (Theorem 6.55).
+        r = fresh_var("r", type_of(summed))
+        return BLet(r, summed, BLet(d, make_gens(i0, r), inner))
+    return BLet(d, make_gens(i0, summed), inner)
 
 
 _ = (Gen, IndexVar, TensorT, describe)
