@@ -566,7 +566,7 @@ def transpose_unary_contraction(t):
     inner = Inner(d, Deriv(x, t.right.sigma), exists(g + s, pp), tuple(a))
     summed = make_sums(g + s, iverson(pp, dyg))
     if i0 and not (free_indices(summed) & {i for i, _ in i0}):
-        # X is broadcast (no index of X occurs in the summand): the reduction is
+        # rule 6.49, X broadcast (no index of X occurs in the summand): the reduction is
         # the same at every ~i, so it is bound once; inside gen[~i] it would be
         # recomputed per element, |~i| times the primal's cost (Theorem 6.55).
         r = fresh_var("r", type_of(summed))

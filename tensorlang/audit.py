@@ -314,6 +314,19 @@ def resolve_wrt(e: Expr, names) -> list:
 # The audit
 
 
+def audit_sizes(expr, sizes) -> tuple:
+    """``(the program's size names, sizes)``: the sizes given, checked against
+    the program's, the others at DEFAULT_SIZE."""
+    known = sorted({s.name for s in size_vars(expr)})
+    sizes = dict(sizes or {})
+    unknown = sorted(set(sizes) - set(known))
+    if unknown:
+        raise TensorLangError(f"--sizes names {unknown}, which the program does not use; its sizes are {known}")
+    for k in known:
+        sizes.setdefault(k, DEFAULT_SIZE)
+    return known, sizes
+
+
 def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss",
           show_kernels: bool = False) -> AuditReport:
     """Cost every stage of ``expr``'s pipeline and decide the paper's guarantees.
@@ -329,13 +342,7 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     check_program(expr, "tensorlang audit")
     check_bounds(expr)
     wrt_vars = resolve_wrt(expr, [w if isinstance(w, str) else w.name for w in (wrt or [])])
-    known = sorted({s.name for s in size_vars(expr)})
-    sizes = dict(sizes or {})
-    unknown = sorted(set(sizes) - set(known))
-    if unknown:
-        raise TensorLangError(f"--sizes names {unknown}, which the program does not use; its sizes are {known}")
-    for k in known:
-        sizes.setdefault(k, DEFAULT_SIZE)
+    known, sizes = audit_sizes(expr, sizes)
     report = AuditReport(pretty(expr), entry, [v.name for v in wrt_vars], {k: sizes[k] for k in known})
 
     prog = explicit_sharing(expr)

@@ -31,9 +31,9 @@ import numpy as np
 
 from . import bounds
 from .passes.profile import build as _build, stage as _timed
-from .errors import InputError, TensorLangError, UnsupportedError, describe
+from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Const, Expr, Let, Pair, Var, free_vars, input_vars, lets, make_lets, relations_of, size_vars, subst
-from .typecheck import check_program, type_of
+from .typecheck import check_program, type_of, wrt_inputs as _wrt_list
 from .loops import has_loop
 
 
@@ -52,19 +52,6 @@ MODES = ("sparse", "naive")
 ADJOINTS = ("sparse", "naive")  # the derivative rules: Figs. 14-16 + simplify, or dense one-hot
 LOOPS = ("sparse", "box")  # the kernel's loops: isl-narrowed, or full boxes testing predicates inside
 _DEBUG = os.environ.get("TENSORLANG_DEBUG", "") not in ("", "0")
-
-
-def _wrt_list(wrt):
-    single = not isinstance(wrt, (list, tuple))
-    xs = [wrt] if single else list(wrt)
-    if not xs:
-        raise TensorLangError("wrt is empty: name at least one input to differentiate with respect to")
-    for x in xs:
-        if not isinstance(x, Var) or x.uid != 0:
-            raise TensorLangError(f"wrt must list program inputs (tl.tensor / tl.scalar), got {describe(x) if isinstance(x, Expr) else repr(x)}")
-    if len({id(x) for x in xs}) != len(xs):
-        raise TensorLangError("wrt lists an input twice")
-    return xs, single
 
 
 def _check_mode(mode: str) -> None:
@@ -259,7 +246,7 @@ class _Program:
 
     @deep
     def _call(self, kwargs: dict, sig, plan):
-        from .backend.dispatch import finite_checks, remember, signature
+        from .backend.dispatch import finite_checks, remember
 
         if plan is not None:  # this signature passed the checks below once (backend/dispatch.py)
             from .backend.dispatch import check_finite

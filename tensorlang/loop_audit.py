@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 
-from .errors import TensorLangError
 from .ir import input_vars, size_vars
 from .loop_autodiff import adjoint_cost
 from .loops import binomial_budget, normalize_checkpoint, repetitions, schedule, split, t_value
@@ -36,13 +35,7 @@ def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels:
     sp = split(expr, "tensorlang audit")
     names = [w if isinstance(w, str) else w.name for w in (wrt or [])]
     wrt_vars = A.resolve_wrt(expr, names)
-    known = sorted({s.name for s in size_vars(expr)})
-    sizes = dict(sizes or {})
-    unknown = sorted(set(sizes) - set(known))
-    if unknown:
-        raise TensorLangError(f"--sizes names {unknown}, which the program does not use; its sizes are {known}")
-    for k in known:
-        sizes.setdefault(k, DEFAULT_SIZE)
+    known, sizes = A.audit_sizes(expr, sizes)
     body_in = {v.name for v in input_vars(sp.body)}
     body_wrt = [sp.state.name] + [v.name for v in wrt_vars if v.name in body_in]
     body_sizes = {k: v for k, v in sizes.items() if k in {s.name for s in size_vars(sp.body)}}

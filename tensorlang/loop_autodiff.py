@@ -31,7 +31,7 @@ from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Var, input_vars, size_vars
 from .backend.loop_kernel import LoopProgram, Part as _Part
 from .loops import binomial_budget, schedule, split, t_value
-from .typecheck import check_program, type_of
+from .typecheck import type_of, wrt_inputs as _wrt
 
 
 # --------------------------------------------------------------------------
@@ -136,6 +136,15 @@ class _Reverse:
                 if k in acc:
                     acc[k] = v if acc[k] is None else _tadd(acc[k], v)
 
+        def finish(sT):
+            """The finishing part at the final state: (value, the state's cotangent)."""
+            values[sp.final.name] = sT
+            value = lp.post(values, sizes)
+            got = self._run(self.post_vjp, values, sizes, self.cot, cot)
+            ds = got.pop(sp.final.name, None)
+            add(got)
+            return value, (_tzeros(sp.state.type, sizes) if ds is None else ds)
+
         s0 = lp.pre(values, sizes)
         policy = sp.checkpoint if policy is None else policy
         ds = None
@@ -191,13 +200,7 @@ class _Reverse:
                     cur = slots[a[1]]
                 elif op == "final":
                     sT = cur
-                    values[sp.final.name] = sT
-                    value = lp.post(values, sizes)
-                    got = self._run(self.post_vjp, values, sizes, self.cot, cot)
-                    ds = got.pop(sp.final.name, None)
-                    add(got)
-                    if ds is None:
-                        ds = _tzeros(sp.state.type, sizes)
+                    value, ds = finish(sT)
                 else:  # reverse step t at state cur
                     t = a[1]
                     values[sp.state.name] = cur
@@ -207,13 +210,7 @@ class _Reverse:
                     add(got)
                     ds = nds if nds is not None else _tzeros(sp.state.type, sizes)
         if T == 0:
-            values[sp.final.name] = sT
-            value = lp.post(values, sizes)
-            got = self._run(self.post_vjp, values, sizes, self.cot, cot)
-            ds = got.pop(sp.final.name, None)
-            add(got)
-            if ds is None:
-                ds = _tzeros(sp.state.type, sizes)
+            value, ds = finish(sT)
         add(self._run(self.pre_vjp, values, sizes, self.dstate, ds))
         out = []
         for x in self.xs:
@@ -275,19 +272,6 @@ def _run_length(acts: list, i: int, pattern) -> int:
             break
         m += 1
     return m
-
-
-def _wrt(wrt):
-    single = not isinstance(wrt, (list, tuple))
-    xs = [wrt] if single else list(wrt)
-    if not xs:
-        raise TensorLangError("wrt is empty: name at least one input to differentiate with respect to")
-    for x in xs:
-        if not isinstance(x, Var) or x.uid != 0:
-            raise TensorLangError(f"wrt must list program inputs (tl.tensor / tl.scalar), got {x!r}")
-    if len({id(x) for x in xs}) != len(xs):
-        raise TensorLangError("wrt lists an input twice")
-    return xs, single
 
 
 def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):

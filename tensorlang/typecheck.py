@@ -7,7 +7,7 @@ Errors name the sub-expression and the type that was expected.
 
 from __future__ import annotations
 
-from .errors import TypeCheckError, describe
+from .errors import TensorLangError, TypeCheckError, describe
 from .ir import (
     REAL,
     Access,
@@ -177,3 +177,19 @@ def type_size(t: Type):
         case _:
             raise TypeCheckError(f"not a type: {t!r}")
 
+
+
+def wrt_inputs(wrt) -> tuple:
+    """``(inputs, single)`` for a derivative's ``wrt``: one program input
+    (``tl.tensor`` / ``tl.scalar``) or a non-empty list of distinct ones."""
+    single = not isinstance(wrt, (list, tuple))
+    xs = [wrt] if single else list(wrt)
+    if not xs:
+        raise TensorLangError("wrt is empty: name at least one input to differentiate with respect to")
+    for x in xs:
+        if not isinstance(x, Var) or x.uid != 0:
+            shown = describe(x) if isinstance(x, Expr) else repr(x)
+            raise TensorLangError(f"wrt must list program inputs (tl.tensor / tl.scalar), got {shown}")
+    if len({id(x) for x in xs}) != len(xs):
+        raise TensorLangError("wrt lists an input twice")
+    return xs, single
