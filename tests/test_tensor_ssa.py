@@ -237,7 +237,7 @@ def _ok(e) -> bool:
 
 # sizes up to 3: the reference evaluator runs every contraction's access sums
 # densely, so the paper-form SSA is slow to *evaluate* at larger sizes
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
 @given(programs(max_size=3))
 def test_random_programs(prog):
     if not _ok(prog.expr):
@@ -245,7 +245,7 @@ def test_random_programs(prog):
     check_pass(tensor_ssa, prepared(prog.expr), prog.inputs, prog.sizes, max_rule_checks=6)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
 @given(programs(max_size=2, functions=False))
 def test_random_programs_exact(prog):
     if _ok(prog.expr):
