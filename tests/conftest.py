@@ -4,6 +4,12 @@ A watchdog per test: a test that runs longer than ``TENSORLANG_TEST_LIMIT``
 seconds (default 900) dumps every thread's stack and ends the run.  CI has a
 hard wall-clock limit; a hung test must fail loudly with its traceback
 instead of silently eating the whole budget.
+
+Hypothesis runs derandomized by default: every property test draws the same
+examples on every machine, so a CI run is reproducible and a new
+counterexample cannot appear between a rehearsal and the landing run.
+``TENSORLANG_HYPOTHESIS=explore`` draws fresh random examples instead (use it
+to hunt for bugs; record what it finds as a fixed example or an xfail).
 """
 
 import faulthandler
@@ -11,6 +17,11 @@ import os
 import sys
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
+settings.load_profile("explore" if os.environ.get("TENSORLANG_HYPOTHESIS") == "explore" else "deterministic")
 
 LIMIT = float(os.environ.get("TENSORLANG_TEST_LIMIT", "900"))
 
