@@ -64,7 +64,7 @@ _LAZY = {
     "compile": "tensorlang.backend.api",
     "jax_function": "tensorlang.interop",
     "torch_function": "tensorlang.interop",
-    "scipy_objective": "tensorlang.interop",
+    "scipy_objective": "tensorlang.interop_scipy",
 }
 
 

@@ -12,8 +12,12 @@ operation for.  This module wraps the two as each framework's extension point:
 * ``torch_function(expr)``: a ``torch.autograd.Function`` on CPU tensors
   (``Tensor.numpy()`` / ``torch.from_numpy`` share memory, so no copy is made
   where the layout allows it);
-* ``scipy_objective(loss, wrt, **fixed)``: the ``fun(x) -> (value, grad)``
-  that ``scipy.optimize.minimize(..., jac=True)`` wants, over one flat vector.
+* ``scipy_objective(loss, wrt, **fixed)`` (interop_scipy.py): the
+  ``fun(x) -> (value, grad)`` that ``scipy.optimize.minimize(..., jac=True)``
+  wants, over one flat vector.
+
+Sparse tensors cross each bridge in the framework's own sparse type
+(interop_sparse.py).
 
 For a scalar output the value and the gradient come from ONE call of
 ``tl.value_and_grad`` (the forward pass keeps the gradient, the backward pass
@@ -37,9 +41,10 @@ import importlib
 
 import numpy as np
 
+from . import interop_sparse as sparse_io
 from .errors import InputError, TensorLangError
 from .evaluator import infer_sizes
-from .ir import REAL, TensorT, Var, input_vars, relations_of, size_vars
+from .ir import REAL, SparseVar, TensorT, Var, input_vars, relations_of, size_vars
 from .typecheck import check_program, type_of
 
 
@@ -98,7 +103,9 @@ class Signature:
             if name not in self.vars and name not in rels and name not in sizes:
                 raise InputError(f"{what}: {name!r} is not an input, relation or size of the program; "
                                  f"its inputs are {sorted(self.vars)}, relations {sorted(rels)}")
-        missing_rels = sorted(rels - set(fixed))
+        # a sparse tensor's relation may come from the tensor's own pattern (issue 16)
+        own = {v.rel.name for v in self.vars.values() if isinstance(v, SparseVar)}
+        missing_rels = sorted(rels - set(fixed) - own)
         if missing_rels:
             raise InputError(f"{what}: give the relation data of {missing_rels} as keywords, e.g. "
                              f"{what}(expr, {missing_rels[0]}=mask)")
@@ -146,7 +153,7 @@ class Signature:
         if key not in self._shapes:
             cons, given = [], {}
             for name, shape in [*zip(self.names, key),
-                                *((k, np.shape(v)) for k, v in self.fixed.items() if k in self.vars)]:
+                                *((k, sparse_io.shape_of(v)) for k, v in self.fixed.items() if k in self.vars)]:
                 ext = self.exts[name]
                 if len(shape) != len(ext):
                     raise InputError(f"{self.what}: input {name} must have {len(ext)} dimension(s) for type "
@@ -167,7 +174,7 @@ class Signature:
                              "give the sizes as keywords") from None
 
     def dtype(self, arg_dtypes) -> np.dtype:
-        fixed = [np.asarray(v).dtype for k, v in self.fixed.items() if k in self.vars]
+        fixed = [sparse_io.dtype_of(v) for k, v in self.fixed.items() if k in self.vars]
         return _result_dtype([*arg_dtypes, *fixed])
 
 
@@ -226,6 +233,12 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
 # JAX
 
 
+def _is_bcoo(v) -> bool:
+    """A ``jax.experimental.sparse.BCOO`` (checked by type name: importing
+    jax.experimental.sparse only to test would slow every call)."""
+    return type(v).__name__ == "BCOO" and hasattr(v, "indices") and hasattr(v, "data")
+
+
 def jax_function(expr, *, inputs=None, **fixed):
     """``f = tl.jax_function(expr)``: a JAX-traceable function of the program's inputs.
 
@@ -240,56 +253,122 @@ def jax_function(expr, *, inputs=None, **fixed):
     sig = Signature(expr, inputs, fixed, "tl.jax_function")
     eng = Engine(sig)
     names = tuple(sig.names)
+    calls: dict = {}  # one custom_vjp per layout: which arguments are BCOO (their static shapes)
 
-    def out_struct(args):
-        dtype = jax.dtypes.canonicalize_dtype(sig.dtype([a.dtype for a in args]))
-        return jax.ShapeDtypeStruct(sig.out_shape([a.shape for a in args]), dtype)
+    def make_call(layout):
+        """The traced function of the flat operands for ``layout`` (per name:
+        None for an array, the shape for a BCOO passed as (data, indices))."""
 
-    def arg_structs(args):
-        return tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
+        def host_arrays(ops):
+            arrays, k = [], 0
+            for name, lay in zip(names, layout):
+                if lay is None:
+                    arrays.append(ops[k])
+                    k += 1
+                else:
+                    arrays.append(sparse_io.host_sparse(np.asarray(ops[k + 1]), np.asarray(ops[k]), lay,
+                                                        f"input {name}"))
+                    k += 2
+            return arrays
 
-    def host_value(*arrays):
-        spec = out_struct(arrays)
-        return _cast(eng.value(arrays), spec.shape, spec.dtype)
+        def shapes(ops):
+            out, k = [], 0
+            for lay in layout:
+                out.append(ops[k].shape if lay is None else lay)
+                k += 1 if lay is None else 2
+            return out
 
-    def host_value_and_grad(*arrays):
-        spec = out_struct(arrays)
-        val, grads = eng.value_and_grad(arrays, names)
-        return _cast(val, (), spec.dtype), tuple(_cast(g, a.shape, a.dtype) for g, a in zip(grads, arrays))
+        def data_ops(ops):  # the differentiable operands: arrays and BCOO data
+            out, k = [], 0
+            for lay in layout:
+                out.append(ops[k])
+                k += 1 if lay is None else 2
+            return out
 
-    def host_vjp(*arrays_and_dy):
-        *arrays, dy = arrays_and_dy
-        grads = eng.vjp(arrays, np.asarray(dy, dtype=np.float64), names)
-        return tuple(_cast(g, a.shape, a.dtype) for g, a in zip(grads, arrays))
+        def out_struct(ops):
+            dtype = jax.dtypes.canonicalize_dtype(sig.dtype([a.dtype for a in data_ops(ops)]))
+            return jax.ShapeDtypeStruct(sig.out_shape(shapes(ops)), dtype)
 
-    @jax.custom_vjp
-    def call(*args):
-        return jax.pure_callback(host_value, out_struct(args), *args, vmap_method="sequential")
+        def ct_structs(ops):
+            return tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in data_ops(ops))
 
-    def fwd(*args):
-        if sig.scalar:  # value and gradient from one kernel call; backward only scales
-            val, grads = jax.pure_callback(host_value_and_grad, (out_struct(args), arg_structs(args)), *args,
-                                           vmap_method="sequential")
-            return val, grads
-        return call(*args), args
+        def host_cts(grads, ops):
+            """Cotangents of the data operands: dense as the array, a BCOO's on its own indices."""
+            out, k = [], 0
+            for g, lay in zip(grads, layout):
+                a = ops[k]
+                if lay is None:
+                    out.append(_cast(g, a.shape, a.dtype))
+                    k += 1
+                else:
+                    out.append(_cast(sparse_io.gather_at(g, lay, np.asarray(ops[k + 1])), a.shape, a.dtype))
+                    k += 2
+            return tuple(out)
 
-    def bwd(res, g):
-        if sig.scalar:
-            return tuple((g * gr).astype(gr.dtype) for gr in res)
-        return tuple(jax.pure_callback(host_vjp, arg_structs(res), *res, g, vmap_method="sequential"))
+        def host_value(*ops):
+            spec = out_struct(ops)
+            return _cast(eng.value(host_arrays(ops)), spec.shape, spec.dtype)
 
-    call.defvjp(fwd, bwd)
+        def host_value_and_grad(*ops):
+            spec = out_struct(ops)
+            val, grads = eng.value_and_grad(host_arrays(ops), names)
+            return _cast(val, (), spec.dtype), host_cts(grads, ops)
+
+        def host_vjp(*ops_and_dy):
+            *ops, dy = ops_and_dy
+            grads = eng.vjp(host_arrays(ops), np.asarray(dy, dtype=np.float64), names)
+            return host_cts(grads, ops)
+
+        def spread(cts):
+            """Data cotangents -> one per operand (None for a BCOO's integer indices)."""
+            out = []
+            for ct, lay in zip(cts, layout):
+                out += [ct] if lay is None else [ct, None]
+            return tuple(out)
+
+        @jax.custom_vjp
+        def call(*ops):
+            return jax.pure_callback(host_value, out_struct(ops), *ops, vmap_method="sequential")
+
+        def fwd(*ops):
+            if sig.scalar:  # value and gradient from one kernel call; backward only scales
+                return jax.pure_callback(host_value_and_grad, (out_struct(ops), ct_structs(ops)), *ops,
+                                         vmap_method="sequential")
+            return call(*ops), ops
+
+        def bwd(res, g):
+            if sig.scalar:
+                return spread(tuple((g * gr).astype(gr.dtype) for gr in res))
+            return spread(tuple(jax.pure_callback(host_vjp, ct_structs(res), *res, g, vmap_method="sequential")))
+
+        call.defvjp(fwd, bwd)
+        return call
+
+    def operand(name, v):
+        a = jnp.asarray(v)
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            if jnp.issubdtype(a.dtype, jnp.complexfloating) or a.dtype == bool:
+                raise InputError(f"tl.jax_function: input {name} must be real, got dtype {a.dtype}")
+            a = a.astype(jnp.result_type(float))
+        return a
 
     def f(*args, **kwargs):
-        vals = []
+        ops, layout = [], []
         for name, v in zip(names, sig.bind(args, kwargs)):
-            a = jnp.asarray(v)
-            if not jnp.issubdtype(a.dtype, jnp.floating):
-                if jnp.issubdtype(a.dtype, jnp.complexfloating) or a.dtype == bool:
-                    raise InputError(f"tl.jax_function: input {name} must be real, got dtype {a.dtype}")
-                a = a.astype(jnp.result_type(float))
-            vals.append(a)
-        return call(*vals)
+            if _is_bcoo(v):  # a sparse tensor: its data and indices (issue 16)
+                if v.n_batch or v.n_dense:
+                    raise InputError(f"tl.jax_function: BCOO input {name} has batch or dense dimensions "
+                                     f"(n_batch={v.n_batch}, n_dense={v.n_dense}); tensorlang's sparse tensors "
+                                     "store one value per coordinate")
+                ops += [operand(name, v.data), jnp.asarray(v.indices)]
+                layout.append(tuple(int(d) for d in v.shape))
+            else:
+                ops.append(operand(name, v))
+                layout.append(None)
+        layout = tuple(layout)
+        if layout not in calls:
+            calls[layout] = make_call(layout)
+        return calls[layout](*ops)
 
     f.input_names = names
     f.program = expr
@@ -304,6 +383,8 @@ def jax_function(expr, *, inputs=None, **fixed):
 def _torch_to_numpy(t, name: str, torch):
     if not isinstance(t, torch.Tensor):
         return np.asarray(t)
+    if sparse_io.is_torch_sparse(t, torch):  # a sparse tensor's stored entries (issue 16)
+        return sparse_io.from_torch(t, name, torch)
     if t.device.type != "cpu":
         raise InputError(f"tl.torch_function: input {name} is on {t.device}; tensorlang kernels run on the CPU "
                          "(move it with .cpu())")
@@ -331,10 +412,11 @@ def torch_function(expr, *, inputs=None, **fixed):
         @staticmethod
         def forward(ctx, *tensors):
             arrays = [_torch_to_numpy(t, n, torch) for n, t in zip(names, tensors)]
-            dtype = sig.dtype([a.dtype for a in arrays])
-            shape = sig.out_shape([a.shape for a in arrays])
+            dtype = sig.dtype([sparse_io.dtype_of(a) for a in arrays])
+            shape = sig.out_shape([sparse_io.shape_of(a) for a in arrays])
             need = tuple(n for n, r in zip(names, ctx.needs_input_grad) if r)
-            ctx.need, ctx.dtypes = need, [a.dtype for a in arrays]
+            ctx.need, ctx.dtypes = need, [sparse_io.dtype_of(a) for a in arrays]
+            ctx.sparse_like = {n: t for n, t in zip(names, tensors) if sparse_io.is_torch_sparse(t, torch)}
             if sig.scalar and need:  # one kernel call for value and gradient; backward scales
                 val, grads = eng.value_and_grad(arrays, need)
                 ctx.grads = grads
@@ -350,7 +432,7 @@ def torch_function(expr, *, inputs=None, **fixed):
                 return (None,) * len(names)
             if sig.scalar:
                 scale = float(gout)
-                grads = dict(zip(ctx.need, (scale * np.asarray(g) for g in ctx.grads)))
+                grads = dict(zip(ctx.need, (sparse_io.scale(g, scale) for g in ctx.grads)))
             else:
                 arrays = [_torch_to_numpy(t, n, torch) for n, t in zip(names, ctx.saved_tensors)]
                 dy = _torch_to_numpy(gout, "the output cotangent", torch).astype(np.float64, copy=False)
@@ -358,6 +440,9 @@ def torch_function(expr, *, inputs=None, **fixed):
             out = []
             for n, dt in zip(names, ctx.dtypes):
                 g = grads.get(n)
+                if g is not None and n in ctx.sparse_like:  # on the input's own pattern and layout
+                    out.append(sparse_io.to_torch(g, ctx.sparse_like[n], dt, torch))
+                    continue
                 out.append(None if g is None else torch.from_numpy(_contiguous(np.asarray(g, dtype=dt))))
             return tuple(out)
 
@@ -371,110 +456,3 @@ def torch_function(expr, *, inputs=None, **fixed):
     f.Function = TensorLangFunction
     f.__doc__ = f"tensorlang program as a PyTorch function of {', '.join(names)}"
     return f
-
-
-# --------------------------------------------------------------------------
-# SciPy
-
-
-class ScipyObjective:
-    """``fun(x) -> (value, gradient)`` over the concatenated, flattened ``wrt`` inputs.
-
-    For ``scipy.optimize.minimize(obj, obj.x0(...), jac=True)``.  Each call
-    runs the loss's ``tl.value_and_grad`` once.  ``obj.unflatten(x)`` gives
-    the inputs back by name; ``obj.values`` records the loss of every call,
-    ``obj.nfev`` counts them.
-    """
-
-    def __init__(self, loss, wrt, fixed: dict):
-        _require("scipy.optimize", "scipy", "tl.scipy_objective")
-        from .autodiff import value_and_grad
-
-        wrt_list = list(wrt) if isinstance(wrt, (list, tuple)) else [wrt]
-        check_program(loss)
-        if type_of(loss) is not REAL:
-            raise TensorLangError(f"tl.scipy_objective needs a scalar loss, but the program has type {type_of(loss)}")
-        self.sig = Signature(loss, wrt_list, fixed, "tl.scipy_objective", arg_word="wrt")
-        self.names = tuple(self.sig.names)
-        self._vg = value_and_grad(loss, wrt=[self.sig.vars[n] for n in self.names])
-        self.shapes = None
-        self.values: list = []
-        self.nfev = 0
-
-    def _set_shapes(self, shapes: dict):
-        self.shapes = {n: tuple(shapes[n]) for n in self.names}
-        self.sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes.values()]
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
-
-    def x0(self, *args, **kwargs) -> np.ndarray:
-        """The initial point: arrays for the ``wrt`` inputs (positionally or by name); a missing
-        one starts at zeros of the shape the fixed inputs' sizes give it."""
-        if len(args) > len(self.names):
-            raise InputError(f"tl.scipy_objective.x0: {len(args)} arrays for {len(self.names)} inputs {list(self.names)}")
-        given = {**dict(zip(self.names, args))}
-        for k, v in kwargs.items():
-            if k not in self.names or k in given:
-                raise InputError(f"tl.scipy_objective.x0: unexpected or repeated argument {k!r}; "
-                                 f"the inputs optimised are {list(self.names)}")
-            given[k] = v
-        given = {k: np.asarray(v, dtype=np.float64) for k, v in given.items()}
-        cons, fixed_sizes = [], {}
-        for k, v in [*given.items(), *((k, v) for k, v in self.sig.fixed.items() if k in self.sig.vars)]:
-            shape = np.shape(v)
-            ext = self.sig.exts[k]
-            if len(shape) != len(ext):
-                raise InputError(f"input {k} must have {len(ext)} dimension(s), got shape {shape}")
-            cons += [(a, int(n), f"input {k} (shape {shape})") for a, n in zip(ext, shape)]
-        for k, v in self.sig.fixed.items():
-            if k not in self.sig.vars and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                fixed_sizes[k] = int(v)
-        sizes = infer_sizes(cons, fixed_sizes)
-        shapes = {}
-        for n in self.names:
-            if n in given:
-                shapes[n] = given[n].shape
-            else:
-                try:
-                    shapes[n] = tuple(a.evaluate(sizes) for a in self.sig.exts[n])
-                except Exception:
-                    raise InputError(f"tl.scipy_objective.x0: cannot tell the shape of {n} from the fixed inputs; "
-                                     f"give x0({n}=...)") from None
-        self._set_shapes(shapes)
-        return self.flatten(**{n: given.get(n, np.zeros(shapes[n])) for n in self.names})
-
-    def flatten(self, **arrays) -> np.ndarray:
-        if self.shapes is None:
-            self._set_shapes({n: np.shape(arrays[n]) for n in self.names})
-        parts = []
-        for n in self.names:
-            a = np.asarray(arrays[n], dtype=np.float64)
-            if a.shape != self.shapes[n]:
-                raise InputError(f"tl.scipy_objective: {n} has shape {a.shape}, expected {self.shapes[n]}")
-            parts.append(a.ravel())
-        return np.concatenate(parts)
-
-    def unflatten(self, x) -> dict:
-        if self.shapes is None:
-            raise TensorLangError("tl.scipy_objective: call obj.x0(...) first, so the shapes are known")
-        x = np.asarray(x, dtype=np.float64)
-        if x.shape != (self.offsets[-1],):
-            raise InputError(f"tl.scipy_objective: x has shape {x.shape}, expected ({self.offsets[-1]},)")
-        return {n: x[self.offsets[k]:self.offsets[k + 1]].reshape(self.shapes[n]) for k, n in enumerate(self.names)}
-
-    def __call__(self, x):
-        parts = self.unflatten(x)
-        val, grads = self._vg(**self.sig.fixed, **parts)
-        if len(self.names) == 1:
-            grads = (grads,)
-        g = np.concatenate([np.asarray(gr, dtype=np.float64).ravel() for gr in grads])
-        val = float(val)
-        self.values.append(val)
-        self.nfev += 1
-        return val, g
-
-
-def scipy_objective(loss, wrt, **fixed) -> ScipyObjective:
-    """``obj = tl.scipy_objective(loss, wrt=[u, c], f=data)``; then
-    ``res = scipy.optimize.minimize(obj, obj.x0(u=u0), jac=True, method="L-BFGS-B")`` and
-    ``obj.unflatten(res.x)["u"]``."""
-    return ScipyObjective(loss, wrt, fixed)

@@ -48,7 +48,7 @@ LAYERS = {
     "tensorlang.backend": 3,
     "tensorlang.autodiff": 4, "tensorlang.loop_autodiff": 4,
     "tensorlang.runtime": 5, "tensorlang.audit": 5, "tensorlang.loop_audit": 5, "tensorlang.cli": 5,
-    "tensorlang.dask": 5, "tensorlang.interop": 5,
+    "tensorlang.dask": 5, "tensorlang.interop": 5, "tensorlang.interop_sparse": 5, "tensorlang.interop_scipy": 5,
     "proofs": 6, "benchmarks": 6,
 }
 
