@@ -415,6 +415,9 @@ def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None, co
     for v in ins:
         val = kwargs[v.name]
         if isinstance(val, sparse_.SparseData):  # compressed: shape from its relation data
+            if val.values.dtype == object and not dom.exact:
+                raise InputError(f"sparse tensor {v.name} holds exact (object) values; compiled kernels run in "
+                                 "floating point (use tl.evaluate)")
             for a, length in zip(shape_of(v.type), val.rel.shape):
                 constraints.append((a, int(length), f"sparse tensor {v.name} (shape {val.rel.shape})"))
             arrays[(v, ())] = val

@@ -168,6 +168,15 @@ class SparseData:
 
 def _values_array(v, what: str) -> np.ndarray:
     arr = np.asarray(v)
+    if arr.dtype == object:  # exact values (numbers, sympy terms) for the exact evaluator
+        import numbers
+
+        import sympy
+
+        bad = next((x for x in arr.flat if isinstance(x, bool) or not isinstance(x, (numbers.Real, sympy.Expr))), None)
+        if bad is not None or arr.ndim != 1:
+            raise InputError(f"{what}: exact values must be real numbers or sympy expressions, got {bad!r}")
+        return arr
     if arr.dtype.kind not in "fiu" or arr.dtype == bool:
         raise InputError(f"{what}: values must be real numbers, got dtype {arr.dtype}")
     if arr.dtype != np.float32:
