@@ -165,6 +165,28 @@ def test_image_loss_equals_single_process(client):
     assert_same(got, want)
 
 
+def test_a_shared_sparse_tensor_gets_a_tree_reduced_sparse_gradient(client):
+    """A sparse coupling A shared by the batch (issue 16 with 19): its gradient
+    is summed over chunks as csr matrices on A's own pattern, never densified."""
+    sps = pytest.importorskip("scipy.sparse")
+    nn, mm = tl.sizes("nn mm")
+    S = tl.relation("S", nn, mm)
+    A = tl.sparse_tensor("A", S)
+    xs, bs = tl.tensor("xs", b, mm), tl.tensor("bs", b, nn)
+    r = tl.gen([b, nn], lambda k, i: tl.sum(mm, lambda j: A[i, j] * xs[k, j]) - bs[k, i])
+    lsq = tl.sum([b, nn], lambda k, i: r[k, i] * r[k, i])
+    rng = np.random.default_rng(3)
+    Am = sps.random(12, 7, density=0.3, random_state=3, format="csr")
+    X, Bv = rng.normal(size=(9, 7)), rng.normal(size=(9, 12))
+    value, (gx, gA) = tld.value_and_grad(lsq, [xs, A], batch=b)(
+        xs=da.from_array(X, chunks=(4, -1)), bs=da.from_array(Bv, chunks=(4, -1)), A=Am)
+    res = np.stack([Am @ xr for xr in X]) - Bv  # the independent NumPy/scipy reference
+    assert value == pytest.approx(float((res ** 2).sum()), rel=1e-10)
+    np.testing.assert_allclose(gx.compute(), 2 * res @ Am.toarray(), rtol=1e-10)
+    assert sps.issparse(gA) and gA.nnz == Am.nnz
+    np.testing.assert_allclose(gA.toarray(), (2 * res.T @ X) * (Am.toarray() != 0), rtol=1e-10, atol=1e-12)
+
+
 def test_unequal_and_mismatched_chunks(client):
     data = deconv_data(B=10)
     want = tl.value_and_grad(deconv, [x, w, z])(**data)
