@@ -33,3 +33,13 @@ def _watchdog(request):
         faulthandler.dump_traceback_later(LIMIT, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def jax64():
+    """JAX with float64 enabled for the test (tensorlang computes in float64)."""
+    jax = pytest.importorskip("jax")
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield jax
+    jax.config.update("jax_enable_x64", old)

@@ -71,15 +71,6 @@ def tv_in(xp, U, F):
 # JAX
 
 
-@pytest.fixture
-def jax64():
-    jax = pytest.importorskip("jax")
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield jax
-    jax.config.update("jax_enable_x64", old)
-
-
 def test_jax_grad_matches_tensorlang_and_jax_numpy(jax64):
     jax, jnp = jax64, jax64.numpy
     d = tv_data()

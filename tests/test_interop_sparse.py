@@ -100,15 +100,6 @@ def test_torch_sparse_with_dense_dimensions_is_refused():
 # JAX
 
 
-@pytest.fixture
-def jax64():
-    jax = pytest.importorskip("jax")
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield jax
-    jax.config.update("jax_enable_x64", old)
-
-
 def test_jax_bcoo_cotangent_follows_the_callers_indices(jax64):
     jax = jax64
     jnp = jax.numpy
