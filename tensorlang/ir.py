@@ -23,8 +23,10 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import operator
 import threading
 import weakref
+from _weakref import _remove_dead_weakref
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
@@ -36,51 +38,67 @@ from .errors import IndexError_, TensorLangError
 # Interning
 
 
-def _key(x):
-    if isinstance(x, Node):
-        return id(x)  # children are interned and kept alive by the parent
-    if isinstance(x, tuple):
-        return tuple(_key(y) for y in x)
-    return (type(x), x)
-
-
 class Interned(type):
     """Metaclass: ``Cls(*fields)`` returns the unique node with those fields.
 
-    The table's check-then-insert runs under one lock, so threads that build
-    the same term at once get one object (identity is equality: two copies
-    of ``x`` would make a program mixing them refer to two inputs ``x``).
+    The table maps ``(cls, *fields)`` to a weak reference to the node.  Fields
+    are interned nodes (hashed and compared by identity), ints, strings,
+    non-integral floats (``Const`` folds integral ones to ints, so ``1`` and
+    ``1.0`` never both occur in one field) and tuples of those, so Python's own
+    tuple hash is the structural key: no key-building pass per construction
+    (that was a quarter of building a large derivative, issue 14 item 6).
+    A key holds its fields strongly; the node holds them anyway, and the key
+    goes when the node does (``_drop``).
+
+    A hit is read without the lock (a dict read is atomic); a miss re-checks
+    and inserts under one lock, so threads that build the same term at once
+    get one object (identity is equality: two copies of ``x`` would make a
+    program mixing them refer to two inputs ``x``).
     """
 
     def __call__(cls, *args, **kwargs):
-        names = cls._field_names
         if kwargs:
+            names = cls._field_names
             args = args + tuple(kwargs.pop(f) for f in names[len(args):])
             if kwargs:
                 raise TypeError(f"unexpected fields {sorted(kwargs)} for {cls.__name__}")
-        args = cls._normalize(*args)
-        key = (cls, _key(args))
-        table = cls._table
+        if cls._normalizes:
+            args = cls._normalize(*args)
+        key = (cls, *args)
+        ref = _TABLE.get(key)
+        if ref is not None:
+            node = ref()
+            if node is not None:
+                return node
         with _TABLE_LOCK:
-            node = table.get(key)
+            ref = _TABLE.get(key)
+            node = ref() if ref is not None else None
             if node is None:
                 node = super().__call__(*args)
-                table[key] = node
+                _TABLE[key] = _KeyedRef(node, _drop, key)
         return node
 
 
-_TABLE: "weakref.WeakValueDictionary[Any, Node]" = weakref.WeakValueDictionary()
+_TABLE: dict = {}
+_KeyedRef = weakref.KeyedRef
 # Not reentrant on purpose: construction under the lock builds no other node
-# (``_normalize`` runs before it is taken).
+# (``_normalize`` runs before it is taken).  ``_drop`` runs from the garbage
+# collector, possibly while this thread holds the lock: it takes none
+# (``_remove_dead_weakref`` deletes the entry only if its reference is dead,
+# atomically, so a key re-bound to a new node meanwhile stays).
 _TABLE_LOCK = threading.Lock()
+
+
+def _drop(ref, _remove=_remove_dead_weakref, _table=_TABLE):
+    _remove(_table, ref.key)
 
 
 class Node(metaclass=Interned):
     """Base of every interned node.  Equality is identity (see module doc)."""
 
     __slots__ = ()
-    _table = _TABLE
     _field_names: tuple[str, ...] = ()
+    _normalizes = False  # does the class override _normalize (set by @node)
 
     @classmethod
     def _normalize(cls, *args):
@@ -124,7 +142,16 @@ def node(cls):
     cls.__annotations__ = ann
     cls._meta = field(default=None, init=False, repr=False, compare=False)
     dc = dataclass(frozen=True, eq=False, slots=True, weakref_slot=True, repr=False)(cls)
-    dc._field_names = tuple(f.name for f in fields(dc) if f.name != "_meta")
+    dc._field_names = names = tuple(f.name for f in fields(dc) if f.name != "_meta")
+    dc._normalizes = dc._normalize.__func__ is not Node._normalize.__func__
+    # children(n) in C: attrgetter gives a tuple for two or more names
+    if len(names) >= 2:
+        dc._children = staticmethod(operator.attrgetter(*names))
+    elif names:
+        get = operator.attrgetter(names[0])
+        dc._children = staticmethod(lambda n: (get(n),))
+    else:
+        dc._children = staticmethod(lambda n: ())
     return dc
 
 
@@ -141,15 +168,16 @@ def meta(n: Node) -> dict:
 
 def children(n: Node) -> tuple:
     """The node's fields in order (sub-nodes and plain data alike)."""
-    return tuple(getattr(n, f) for f in n._field_names)
+    return n._children(n)
 
 
 def rebuild(n: Node, args: Iterable) -> Node:
     """``rebuild(n, children(n)) is n``; otherwise the same constructor on ``args``."""
     args = tuple(args)
-    if all(a is b for a, b in zip(args, children(n))):
-        return n
-    return type(n)(*args)
+    for a, b in zip(args, n._children(n)):
+        if a is not b:
+            return type(n)(*args)
+    return n
 
 
 _fresh = itertools.count(1)
@@ -211,6 +239,16 @@ class Aff(Node):
 
     @classmethod
     def _normalize(cls, terms, const):
+        # fast paths (most affine indices are a constant or one symbol):
+        # exact ints, in range, checked inline; anything else takes the
+        # general path below, which also reports what is wrong
+        if type(const) is int and -INDEX_LIMIT <= const <= INDEX_LIMIT:
+            if not terms:
+                return ((), const)
+            if len(terms) == 1:
+                ((s, c),) = terms
+                if type(c) is int and -INDEX_LIMIT <= c <= INDEX_LIMIT and isinstance(s, Sym):
+                    return (((s, c),) if c else (), const)
         acc: dict = {}
         order = []
         for s, c in terms:
