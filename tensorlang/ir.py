@@ -96,7 +96,10 @@ def _drop(ref, _remove=_remove_dead_weakref, _table=_TABLE):
 class Node(metaclass=Interned):
     """Base of every interned node.  Equality is identity (see module doc)."""
 
-    __slots__ = ()
+    # Facts of the node alone, computed once by their owners (typed slots, not
+    # string keys): free value variables, free indices, size variables
+    # (this module) and the type (typecheck).  Unset until first asked.
+    __slots__ = ("_fv", "_fi", "_sv", "_type")
     _field_names: tuple[str, ...] = ()
     _normalizes = False  # does the class override _normalize (set by @node)
 
@@ -838,6 +841,7 @@ class Loop(Expr):
 
 ZERO = Const(0)
 ONE = Const(1)
+_VALUE_SORTS = (Expr, Pred)
 
 BINDERS = (Gen, Sum, Exists)
 
@@ -848,9 +852,11 @@ BINDERS = (Gen, Sum, Exists)
 
 def free_vars(n: Node) -> frozenset:
     """Free value variables (``Var``) of an expression or predicate."""
-    m = meta(n)
-    fv = m.get("fv")
-    if fv is None:
+    try:
+        return n._fv
+    except AttributeError:
+        pass
+    if True:
         match n:
             case Var():
                 fv = frozenset((n,))
@@ -868,15 +874,17 @@ def free_vars(n: Node) -> frozenset:
                         elif isinstance(c, tuple):
                             parts.extend(free_vars(x) for x in c if isinstance(x, (Expr, Pred)))
                 fv = frozenset().union(*parts)
-        m["fv"] = fv
+        object.__setattr__(n, "_fv", fv)
     return fv
 
 
 def free_indices(n: Node) -> frozenset:
     """Free index variables of an expression, predicate, affine index or type."""
-    m = meta(n)
-    fi = m.get("fi")
-    if fi is None:
+    try:
+        return n._fi
+    except AttributeError:
+        pass
+    if True:
         match n:
             case IndexVar():
                 fi = frozenset((n,))
@@ -898,15 +906,17 @@ def free_indices(n: Node) -> frozenset:
                     elif isinstance(c, tuple):
                         parts.extend(free_indices(x) for x in c if isinstance(x, Node))
                 fi = frozenset().union(*parts)
-        m["fi"] = fi
+        object.__setattr__(n, "_fi", fi)
     return fi
 
 
 def size_vars(n: Node) -> frozenset:
     """Size variables occurring anywhere in a node (including variable types)."""
-    m = meta(n)
-    sv = m.get("sv")
-    if sv is None:
+    try:
+        return n._sv
+    except AttributeError:
+        pass
+    if True:
         match n:
             case SizeVar():
                 sv = frozenset((n,))
@@ -926,7 +936,7 @@ def size_vars(n: Node) -> frozenset:
                             elif isinstance(x, tuple):
                                 parts.extend(size_vars(y) for y in x if isinstance(y, Node))
                 sv = frozenset().union(*parts)
-        m["sv"] = sv
+        object.__setattr__(n, "_sv", sv)
     return sv
 
 
@@ -953,9 +963,13 @@ def _subst(n, vals, idx, cap_i, cap_v, memo):
         if isinstance(n, tuple):
             return tuple(_subst(x, vals, idx, cap_i, cap_v, memo) for x in n)
         return n
-    # Nothing to do below a node none of whose free symbols are substituted.
-    if isinstance(n, (Expr, Pred, Aff)):
-        if not (free_vars(n).intersection(vals) if isinstance(n, (Expr, Pred)) else False) and not free_indices(n).intersection(idx):
+    # Nothing to do below a node none of whose free symbols are substituted
+    # (each test only when something of its kind is substituted).
+    if isinstance(n, _VALUE_SORTS):
+        if (not vals or free_vars(n).isdisjoint(vals)) and (not idx or free_indices(n).isdisjoint(idx)):
+            return n
+    elif isinstance(n, Aff):
+        if not idx or n.index_vars().isdisjoint(idx):
             return n
     got = memo.get(n)
     if got is not None:

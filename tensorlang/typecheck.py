@@ -29,17 +29,19 @@ from .ir import (
     Type,
     Var,
     free_indices,
-    meta,
 )
 
 
 def type_of(e: Expr) -> Type:
     """Signature: type_of : Expr -> Type (raises TypeCheckError)."""
-    m = meta(e)
-    t = m.get("type")
-    if t is None:
-        t = _infer(e)
-        m["type"] = t
+    try:
+        return e._type
+    except AttributeError:  # first asked (a node's type is a fact of the node: its slot)
+        pass
+    # inferred outside the handler: an exception raised while one is handled
+    # walks the chain of handled ones (quadratic in a deep program's depth)
+    t = _infer(e)
+    object.__setattr__(e, "_type", t)
     return t
 
 
