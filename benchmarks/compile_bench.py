@@ -133,6 +133,7 @@ def _child_floor(cache: str) -> dict:
     t1 = time.perf_counter()
     spec = importlib.util.spec_from_file_location("numba_floor", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["numba_floor"] = mod  # Numba's cache loader imports the module by name (as backend/cache.py)
     spec.loader.exec_module(mod)
     mod.total(np.ones(4))
     return {"floor": time.perf_counter() - t1, "import": t_import}
