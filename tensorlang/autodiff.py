@@ -193,7 +193,7 @@ class _Program:
     not use are not passed on.
     """
 
-    def __init__(self, source: Expr, prog: Expr, loops: str, extra=(), threads=None):
+    def __init__(self, source: Expr, prog: Expr, loops: str, extra=(), threads=None, entry=None):
         from .runtime import make_callable
 
         self.source = source
@@ -205,6 +205,7 @@ class _Program:
             bounds.check_program(prog)
         self.extra = {v.name: v for v in extra}
         self.fn = make_callable(prog, loops=loops, threads=threads)
+        self.cache_hit = entry is not None and entry.hit  # the program came from the derived-program cache
         self.inputs = {v.name for v in input_vars(prog)}
         self.sizes = {s.name for s in size_vars(prog)}
         self.rels = {r.name for r in relations_of(prog)}
@@ -350,13 +351,19 @@ def _check_scalar(loss: Expr) -> None:
 _adjoint_expr = adjoint  # vjp's keyword ``adjoint`` shadows the function there
 
 
-def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False) -> Expr:
-    """``∇l`` (``(l, ∇l)`` with ``value=True``, one program sharing the primal)."""
-    from .passes.simplify import simplify as simp
-
+def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False):
+    """``(∇l, entry)`` (``(l, ∇l)`` with ``value=True``, one program sharing the
+    primal); ``entry``: its slot in the derived-program cache."""
     _check_scalar(loss)
     name = _seed_name(loss)
     seed = Var(name, 0, REAL)
+    return _derived("grad", loss, xs, {"adjoint": mode, "value": value},
+                    lambda: _grad_derive(loss, xs, mode, seed, value))
+
+
+def _grad_derive(loss: Expr, xs, mode: str, seed: Var, value: bool) -> Expr:
+    from .passes.simplify import simplify as simp
+
     ssa = normalize_for_adjoint(loss)
     adj = _transposed(ssa, xs, seed, mode)
     if value:
@@ -369,9 +376,20 @@ def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False) -> Expr:
         # substitution into the whole block computed the free variables of every
         # suffix of it (quadratic in its length, issue #14)
         out = simp(Let(seed, Const(1), adj))
-    with _timed("bounds"):
-        bounds.inherit(out, loss)  # it runs only at sizes where the source's accesses are in range
     return out
+
+
+def _derived(kind: str, source: Expr, xs, opts: dict, build, extra=()):
+    """``(program, entry)``: the derived program from the disk cache of derived
+    programs (backend/derived_cache.py) or built by ``build()`` and stored there."""
+    from .backend.derived_cache import Entry
+
+    with _timed("derived cache"):
+        entry = Entry(kind, source, xs, opts, extra)
+    out = entry.derive(build)
+    with _timed("bounds"):
+        bounds.inherit(out, source)  # it runs only at sizes where the source's accesses are in range
+    return out, entry
 
 
 def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
@@ -385,7 +403,8 @@ def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    prog = _Program(loss, _grad_program(loss, xs, adj), lp, threads=threads)
+    derived, entry = _grad_program(loss, xs, adj)
+    prog = _Program(loss, derived, lp, threads=threads, entry=entry)
     prog.packed_ok = True
 
     def g(**inputs):
@@ -408,7 +427,8 @@ def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=Non
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
-    prog = _Program(loss, _grad_program(loss, xs, adj, value=True), lp, threads=threads)
+    derived, entry = _grad_program(loss, xs, adj, value=True)
+    prog = _Program(loss, derived, lp, threads=threads, entry=entry)
     prog.packed_ok = True
 
     def vg(**inputs):
@@ -440,14 +460,17 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
     bounds.check_program(expr)
     xs, single = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
-    if with_value:
-        ssa = normalize_for_adjoint(expr)
-        adj = with_primal(ssa, _transposed(ssa, xs, seed, kind))
-        adj = simp(adj) if kind == "sparse" else adj
-        bounds.inherit(adj, expr)
-    else:
-        adj = _adjoint_expr(expr, xs, cotangent=cotangent, mode=kind)
-    prog = _Program(expr, adj, lp, extra=(seed,), threads=threads)
+
+    def build():
+        if with_value:
+            ssa = normalize_for_adjoint(expr)
+            adj = with_primal(ssa, _transposed(ssa, xs, seed, kind))
+            return simp(adj) if kind == "sparse" else adj
+        return _adjoint_expr(expr, xs, cotangent=cotangent, mode=kind)
+
+    adj, entry = _derived("vjp", expr, xs, {"adjoint": kind, "with_value": with_value, "cotangent": cotangent},
+                          build, extra=(seed,))
+    prog = _Program(expr, adj, lp, extra=(seed,), threads=threads, entry=entry)
     prog.packed_ok = True
     k = len(xs)
 
@@ -465,16 +488,19 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
     return f
 
 
-def _jvp_program(expr: Expr, xs) -> Expr:
-    """``(e, D⟦e⟧σ)`` as one program: the total derivative of the tensor-SSA
+def _jvp_program(expr: Expr, xs):
+    """``((e, D⟦e⟧σ), entry)``: one program, the total derivative of the tensor-SSA
     form keeps every primal binding before its differential (rule 6.16)."""
     from .passes.simplify import simplify as simp
     from .passes.total_derivative import tangent_inputs, total_derivative
 
-    ssa = normalize_for_adjoint(expr)
-    out = simp(with_primal(ssa, total_derivative(ssa, tangent_inputs(expr, xs))))
-    bounds.inherit(out, expr)
-    return out
+    tangents = tangent_inputs(expr, xs)
+
+    def build():
+        ssa = normalize_for_adjoint(expr)
+        return simp(with_primal(ssa, total_derivative(ssa, tangents)))
+
+    return _derived("jvp", expr, xs, {}, build, extra=tuple(tangents[x] for x in xs))
 
 
 def _jvp_build(expr: Expr, wrt, *, mode=None, loops=None, threads=None):
@@ -496,12 +522,13 @@ def _jvp_build(expr: Expr, wrt, *, mode=None, loops=None, threads=None):
     dense_t = tangent_inputs(expr, xs)
     # a sparse tensor's tangent is sparse on the same relation (issue 16)
     tangents = [tangent_of(x, dense_t[x]) for x in xs]
-    jprog = _jvp_program(expr, xs)
+    jprog, entry = _jvp_program(expr, xs)
     swap = {dense_t[x]: t for x, t in zip(xs, tangents) if t is not dense_t[x]}
     if swap:
         jprog = subst(jprog, vals=swap)
         bounds.inherit(jprog, expr)
-    prog = _Program(expr, jprog, lp, extra=tangents, threads=threads)
+        entry = None  # the kernel compiles the substituted program, not the cached one
+    prog = _Program(expr, jprog, lp, extra=tangents, threads=threads, entry=entry)
 
     def f(**inputs):
         return prog(inputs)

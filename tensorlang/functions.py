@@ -16,7 +16,7 @@ import numpy as np
 import sympy
 
 from .errors import TensorLangError
-from .ir import Add, Call, Const, Expr, Mul
+from .ir.expressions import Add, Call, Const, Expr, Mul
 
 
 @dataclass(frozen=True)
@@ -167,14 +167,15 @@ def expand_derivative(name: str, args, tangents) -> Expr:
 
 
 def _placeholders(k: int):
-    from .ir import REAL, Var
+    from .ir.expressions import Var
+    from .ir.types import REAL
 
     return tuple(Var(f"_a{j}", -1000 - j, REAL) for j in range(k))
 
 
 def _scalar_eval(e: Expr, env: dict, exact: bool):
     """Evaluate a scalar IR expression over placeholders (elementwise on arrays)."""
-    from .ir import Var
+    from .ir.expressions import Var
 
     match e:
         case Var():
@@ -195,7 +196,7 @@ def _scalar_eval(e: Expr, env: dict, exact: bool):
 
 def _diff(e: Expr, v) -> Expr:
     """d e / d v for a scalar expression over placeholders (chain rule through partials)."""
-    from .ir import Var
+    from .ir.expressions import Var
 
     match e:
         case Var():
@@ -253,7 +254,7 @@ def derivative_def(name: str) -> FunctionDef:
 
     def partials(*actual):
         # d/dx_j D[f](x; t) = sum_k d_j(d_k f)(x)·t_k ;  d/dt_k D[f](x; t) = (d_k f)(x)
-        from .ir import subst
+        from .ir.scope import subst
 
         mapping = dict(zip(xs, actual))
         wrt_x = tuple(subst(_diff(body, a), vals=mapping) for a in args)

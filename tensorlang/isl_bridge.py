@@ -150,17 +150,50 @@ def count_text_at(text: str, values: tuple) -> int:
     return total
 
 
+# Answers by the question's interned nodes: the simplifier asks one question
+# several times per term (a third of the texts it built were repeats).  Keys
+# hold their nodes; the table is emptied when it grows past MEMO_LIMIT.
+MEMO_LIMIT = 1 << 16
+_ANSWERS: dict = {}
+
+
+def _lookup(key):
+    try:
+        return _ANSWERS.get(key)
+    except TypeError:  # unhashable binders (lists): not remembered
+        return None
+
+
+def _remember(key, value):
+    try:
+        hash(key)
+    except TypeError:
+        return value
+    if len(_ANSWERS) >= MEMO_LIMIT:
+        _ANSWERS.clear()
+    _ANSWERS[key] = value
+    return value
+
+
 def is_empty(binders, pred: Pred, *, rel: str = "true", sizes_positive: bool = True) -> bool:
     """Is ``pred`` false at every point for every size >= 1 (relations read as true)?"""
+    key = ("empty", tuple(binders), pred, rel, sizes_positive)
+    got = _lookup(key)
+    if got is not None:
+        return got
     text, _ = domain_text(binders, pred, rel=rel, sizes_positive=sizes_positive)
-    return _is_empty_text(text)
+    return _remember(key, _is_empty_text(text))
 
 
 def implies(binders, p: Pred, q: Pred, *, sizes_positive: bool = True) -> bool:
     """Does ``p`` imply ``q`` on the domain for every size >= 1?  (Affine only.)"""
+    key = ("implies", tuple(binders), p, q, sizes_positive)
+    got = _lookup(key)
+    if got is not None:
+        return got
     s, _ = domain_text(binders, p, sizes_positive=sizes_positive, extra=(q,))
     t, _ = domain_text(binders, q, sizes_positive=sizes_positive, extra=(p,))
-    return _is_subset_text(s, t)
+    return _remember(key, _is_subset_text(s, t))
 
 
 # The texts name dimensions by position and sizes by name, so one question

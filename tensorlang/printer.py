@@ -19,40 +19,12 @@ from __future__ import annotations
 
 from .deep import deep
 
-from .ir import (
-    Access,
-    Add,
-    Aff,
-    And,
-    BoolLit,
-    Call,
-    Cmp,
-    Const,
-    Exists,
-    Expr,
-    Gen,
-    IndexVar,
-    Iverson,
-    Let,
-    Loop,
-    Mul,
-    Node,
-    Or,
-    Pair,
-    PairT,
-    Pred,
-    Proj,
-    RealT,
-    Rel,
-    SizeVar,
-    Sum,
-    TensorT,
-    Type,
-    Var,
-    free_indices,
-    free_vars,
-    size_vars,
-)
+from .ir.expressions import Access, Add, Call, Const, Expr, Gen, Iverson, Let, Loop, Mul, Pair, Proj, Sum, Var
+from .ir.indices import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar
+from .ir.nodes import Node
+from .ir.scope import free_indices, free_vars, size_vars
+from .ir.types import PairT, RealT, TensorT
+from .ir.types_base import Type
 
 # --------------------------------------------------------------------------
 # Naming

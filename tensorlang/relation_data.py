@@ -13,6 +13,7 @@ an array mutated in place is converted again, a stale entry is never used.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
@@ -161,6 +162,8 @@ def _coords_array(c, what: str, arity=None) -> np.ndarray:
 
 
 def _is_scipy(x) -> bool:
+    if "scipy.sparse" not in sys.modules:  # no scipy matrix exists before scipy.sparse is imported
+        return False
     try:
         import scipy.sparse as sp
     except ModuleNotFoundError:  # scipy is optional: then nothing is a scipy matrix

@@ -8,38 +8,23 @@ Errors name the sub-expression and the type that was expected.
 from __future__ import annotations
 
 from .errors import TensorLangError, TypeCheckError, describe
-from .ir import (
-    REAL,
-    Access,
-    Add,
-    Call,
-    Const,
-    Expr,
-    Gen,
-    Iverson,
-    Let,
-    Loop,
-    Mul,
-    Pair,
-    PairT,
-    Proj,
-    RealT,
-    Sum,
-    TensorT,
-    Type,
-    Var,
-    free_indices,
-    meta,
-)
+from .ir.expressions import Access, Add, Call, Const, Expr, Gen, Iverson, Let, Loop, Mul, Pair, Proj, Sum, Var
+from .ir.indices import FALSE, TRUE, Pred
+from .ir.scope import free_indices
+from .ir.types import PairT, REAL, RealT, TensorT
+from .ir.types_base import Type
 
 
 def type_of(e: Expr) -> Type:
     """Signature: type_of : Expr -> Type (raises TypeCheckError)."""
-    m = meta(e)
-    t = m.get("type")
-    if t is None:
-        t = _infer(e)
-        m["type"] = t
+    try:
+        return e._type
+    except AttributeError:  # first asked (a node's type is a fact of the node: its slot)
+        pass
+    # inferred outside the handler: an exception raised while one is handled
+    # walks the chain of handled ones (quadratic in a deep program's depth)
+    t = _infer(e)
+    object.__setattr__(e, "_type", t)
     return t
 
 
@@ -117,7 +102,7 @@ def require_program(obj, where: str = "") -> Expr:
     float never reaches a pass as an AttributeError."""
     if isinstance(obj, Expr):
         return obj
-    from .ir import Aff, Pred
+    from .ir.indices import Aff
 
     hint = ""
     if isinstance(obj, Pred):
@@ -141,17 +126,24 @@ def check_program(e: Expr, where: str = "") -> Type:
     t = type_of(e)
     fi = free_indices(e)
     if fi:
-        from .printer import free_symbol_names
-
-        shown = free_symbol_names(e)
-        names = ", ".join(sorted(shown.get(i, i.name) for i in fi))
+        names = ", ".join(sorted({i.name for i in fi}))
         raise TypeCheckError(f"free index variable(s) {names} in {describe(e)}: bind them with gen, sum or exists")
     return t
 
 
+def iverson(p: Pred, e: Expr) -> Expr:
+    """``[p]·e`` with the literal predicates folded (no bracket for ``true``;
+    ``[false]·e`` is the zero of ``e``'s type).  Also ``tensorlang.ir.iverson``."""
+    if p is TRUE:
+        return e
+    if p is FALSE:
+        return zero_of(type_of(e))
+    return Iverson(p, e)
+
+
 def zero_of(t: Type) -> Expr:
     """The zero value ``0_T`` as an expression (Section 4, zero shapes)."""
-    from .ir import fresh_index
+    from .ir.expressions import fresh_index
 
     match t:
         case RealT():

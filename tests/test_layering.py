@@ -7,7 +7,8 @@ downward or sideways in this order, and the import graph must have no cycle:
 ======  ========  =====================================================
 layer   name      modules
 ======  ========  =====================================================
-0       ir        errors, deep, decide, ir, printer
+0       ir        errors, deep, decide, ir (the package ``tensorlang.ir``:
+                  nodes, indices, types, expressions, scope), printer
 1       core      typecheck, functions, sharing, evaluator, conditionals,
                   api, the package ``tensorlang`` itself; the affine
                   layer (the only islpy users below the cost model):
@@ -54,14 +55,14 @@ LAYERS = {
 
 # packages whose every submodule shares the package's layer; any other
 # module must be listed by its own name
-PACKAGES = ("tensorlang.passes", "tensorlang.backend", "proofs", "benchmarks")
+PACKAGES = ("tensorlang.ir", "tensorlang.passes", "tensorlang.backend", "proofs", "benchmarks")
 
 # (importer, imported): reason.  Keep this list as short as possible.
 KNOWN_UPWARD = {
     # ir.iverson folds [false]·e to the zero of e's type, which needs type_of
     # (typecheck); moving the fold up changes every builder that calls it.
     ("tensorlang.ir", "tensorlang.typecheck"):
-        "ir.iverson(FALSE, e) builds zero_of(type_of(e))",
+        "the package re-exports typecheck.iverson (folding [false]·e needs type_of) as ir.iverson",
     # the callables grad/vjp/jvp return (autodiff.py) build their kernels
     # through runtime.make_callable; those classes belong in runtime (issue
     # 14 item 1's stage list), being reworked by another branch right now.
@@ -70,13 +71,10 @@ KNOWN_UPWARD = {
 }
 
 # frozenset of the modules of one strongly connected component: reason.
-KNOWN_CYCLES = {
-    # The core: a node's repr prints (ir -> printer, which needs the node
-    # classes); ir.iverson(FALSE, e) needs type_of (ir -> typecheck, also in
-    # KNOWN_UPWARD); typecheck names functions' signatures (functions), which
-    # build nodes (ir).  Splitting the IR by sort (issue 14 item 4) is the fix.
-    frozenset({"tensorlang.functions", "tensorlang.ir", "tensorlang.printer", "tensorlang.typecheck"}):
-        "ir's repr prints through printer; ir.iverson needs typecheck.type_of",
+KNOWN_CYCLES: dict = {
+    # (none: the core's cycle {functions, ir, printer, typecheck} went when the
+    # IR was split by sort; the printer imports the sort modules and the
+    # package binds the reprs; iverson lives in typecheck)
 }
 
 

@@ -84,16 +84,18 @@ def versions() -> dict:
     if _VERSIONS is None:
         import importlib.metadata as md
 
-        import islpy
-        import llvmlite
-        import numba
+        def version(*dists: str) -> str:
+            # the installed distribution's metadata: no import of Numba (0.25 s)
+            # or islpy just to read a version string
+            for dist in dists:
+                try:
+                    return md.version(dist)
+                except md.PackageNotFoundError:  # a source tree that is not installed
+                    pass
+            return "source" if dists[0] == "tensorlang" else "?"
 
-        try:
-            tl_version = md.version("tensorlang")
-        except md.PackageNotFoundError:  # a source tree that is not installed
-            tl_version = "source"
-        _VERSIONS = {"tensorlang": tl_version, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
-                     "isl": getattr(islpy, "__version__", "?"), "python": sys.version.split()[0],
+        _VERSIONS = {"tensorlang": version("tensorlang"), "numba": version("numba"), "llvmlite": version("llvmlite"),
+                     "isl": version("islpy", "islpy-barvinok"), "python": sys.version.split()[0],
                      "backend": code_hash(), "format": FORMAT}
     return _VERSIONS
 

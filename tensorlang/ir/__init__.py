@@ -1,0 +1,134 @@
+"""The IR of the core tensor language (paper Section 4, Figure 3), split by sort.
+
+* :mod:`.nodes`: interning (hash-consing: structurally equal terms are one
+  object, so ``a is b`` decides equality and passes memoize by identity),
+  ``children`` / ``rebuild``;
+* :mod:`.indices`: affine indices ``Aff`` and predicates ``Pred``;
+* :mod:`.types`: types ``T`` (:mod:`.types_base` holds their base class);
+* :mod:`.expressions`: value expressions ``e`` (with ``Loop`` and
+  ``SparseVar``) and the builders passes share;
+* :mod:`.scope`: free variables and indices, substitution, canonical naming,
+  traversals.
+
+Every name stays importable from ``tensorlang.ir``.  A node prints through
+``tensorlang.printer``: the printer imports the sort modules, so they cannot
+import it; this package binds each sort's ``repr`` to it once all are defined.
+"""
+
+from __future__ import annotations
+
+from .nodes import (  # noqa: F401
+    Interned,
+    Node,
+    _KeyedRef,
+    _TABLE,
+    _TABLE_LOCK,
+    _drop,
+    _fresh,
+    _revive_with_uid,
+    children,
+    fresh_uid,
+    meta,
+    node,
+    rebuild,
+)
+from .indices import (  # noqa: F401
+    Aff,
+    And,
+    BoolLit,
+    Cmp,
+    Exists,
+    FALSE,
+    INDEX_LIMIT,
+    IndexVar,
+    Or,
+    Pred,
+    Rel,
+    Relation,
+    SizeVar,
+    Sym,
+    TRUE,
+    _check_index_int,
+    _sym_key,
+    as_aff,
+    as_pred,
+    conj,
+    disj,
+    sym_aff,
+)
+from .types_base import (  # noqa: F401
+    Type,
+)
+from .types import (  # noqa: F401
+    PairT,
+    REAL,
+    RealT,
+    TensorT,
+    scalar_elem,
+    shape_of,
+    tensor_type,
+)
+from .expressions import (  # noqa: F401
+    Access,
+    Add,
+    BINDERS,
+    Call,
+    Const,
+    Expr,
+    Gen,
+    Iverson,
+    Let,
+    Loop,
+    Mul,
+    ONE,
+    Pair,
+    Proj,
+    SparseVar,
+    Sum,
+    Var,
+    ZERO,
+    _VALUE_SORTS,
+    _short_int,
+    access,
+    accesses,
+    as_expr,
+    fresh_index,
+    fresh_var,
+    gens,
+    lets,
+    make_gens,
+    make_lets,
+    make_sums,
+    sums,
+)
+from .scope import (  # noqa: F401
+    _IDX_NAMES,
+    _canon,
+    _subst,
+    alpha_eq,
+    canon_index,
+    canonicalize,
+    free_indices,
+    free_vars,
+    input_vars,
+    relations_of,
+    size_vars,
+    subst,
+    walk,
+)
+
+from .. import printer as _printer  # noqa: E402  (after the node classes it prints)
+from ..typecheck import iverson  # noqa: E402,F401  (folding [false]·e needs the body's type)
+
+
+def _printed(fn):
+    def __repr__(self):
+        return fn(self)
+
+    return __repr__
+
+
+for _cls, _fn in ((Aff, _printer.pretty_aff), (Pred, _printer.pretty_pred), (Type, _printer.pretty_type),
+                  (Expr, _printer.pretty)):
+    _cls.__repr__ = _cls.__str__ = _printed(_fn)
+del _cls, _fn

@@ -1,0 +1,176 @@
+"""Interned IR nodes (paper Section 4, Figure 3): the metaclass, the node
+decorator and the generic structure every sort shares.
+
+Every node is a small frozen dataclass interned by :class:`Interned`
+(hash-consing: structurally equal terms are one object, so ``a is b``
+decides equality and passes memoize by identity).  :func:`children` and
+:func:`rebuild` satisfy ``rebuild(e, children(e)) is e`` (sympy's
+``func(*args) == expr`` invariant), so traversals need no visitor classes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import threading
+import weakref
+from _weakref import _remove_dead_weakref
+from dataclasses import dataclass, field, fields
+from typing import Iterable
+
+# --------------------------------------------------------------------------
+# Interning
+
+
+class Interned(type):
+    """Metaclass: ``Cls(*fields)`` returns the unique node with those fields.
+
+    The table maps ``(cls, *fields)`` to a weak reference to the node.  Fields
+    are interned nodes (hashed and compared by identity), ints, strings,
+    non-integral floats (``Const`` folds integral ones to ints, so ``1`` and
+    ``1.0`` never both occur in one field) and tuples of those, so Python's own
+    tuple hash is the structural key: no key-building pass per construction
+    (that was a quarter of building a large derivative, issue 14 item 6).
+    A key holds its fields strongly; the node holds them anyway, and the key
+    goes when the node does (``_drop``).
+
+    A hit is read without the lock (a dict read is atomic); a miss re-checks
+    and inserts under one lock, so threads that build the same term at once
+    get one object (identity is equality: two copies of ``x`` would make a
+    program mixing them refer to two inputs ``x``).
+    """
+
+    def __call__(cls, *args, **kwargs):
+        if kwargs:
+            names = cls._field_names
+            args = args + tuple(kwargs.pop(f) for f in names[len(args):])
+            if kwargs:
+                raise TypeError(f"unexpected fields {sorted(kwargs)} for {cls.__name__}")
+        if cls._normalizes:
+            args = cls._normalize(*args)
+        key = (cls, *args)
+        ref = _TABLE.get(key)
+        if ref is not None:
+            node = ref()
+            if node is not None:
+                return node
+        with _TABLE_LOCK:
+            ref = _TABLE.get(key)
+            node = ref() if ref is not None else None
+            if node is None:
+                node = super().__call__(*args)
+                _TABLE[key] = _KeyedRef(node, _drop, key)
+        return node
+
+
+_TABLE: dict = {}
+_KeyedRef = weakref.KeyedRef
+# Not reentrant on purpose: construction under the lock builds no other node
+# (``_normalize`` runs before it is taken).  ``_drop`` runs from the garbage
+# collector, possibly while this thread holds the lock: it takes none
+# (``_remove_dead_weakref`` deletes the entry only if its reference is dead,
+# atomically, so a key re-bound to a new node meanwhile stays).
+_TABLE_LOCK = threading.Lock()
+
+
+def _drop(ref, _remove=_remove_dead_weakref, _table=_TABLE):
+    _remove(_table, ref.key)
+
+
+class Node(metaclass=Interned):
+    """Base of every interned node.  Equality is identity (see module doc)."""
+
+    # Facts of the node alone, computed once by their owners (typed slots, not
+    # string keys): free value variables, free indices, size variables
+    # (this module) and the type (typecheck).  Unset until first asked.
+    __slots__ = ("_fv", "_fi", "_sv", "_type")
+    _field_names: tuple[str, ...] = ()
+    _normalizes = False  # does the class override _normalize (set by @node)
+
+    @classmethod
+    def _normalize(cls, *args):
+        return args
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+
+    def __reduce__(self):
+        # Unpickling calls the constructor, so a node arriving in another
+        # process (tensorlang.dask ships programs to workers) is re-interned
+        # there: ``a is b`` keeps deciding equality and caches keyed by the
+        # program hit.  Nodes carrying a uid (IndexVar, Var) also move the
+        # receiving process's fresh_uid() past it; otherwise a "fresh"
+        # variable made there (by a derivative pass) could be the very
+        # object a shipped binder binds, and substitution would capture it.
+        args = tuple(getattr(self, f) for f in self._field_names)
+        if "uid" in self._field_names:
+            return (_revive_with_uid, (type(self), args))
+        return (type(self), args)
+
+
+def _revive_with_uid(cls, args):
+    n = cls(*args)
+    if n.uid > 0:  # inputs (0) and canonical variables (< 0) are not fresh
+        first = next(_fresh)
+        if first <= n.uid:  # skip the counter past the uid (C speed; only ever moves up)
+            next(itertools.islice(_fresh, n.uid - first, n.uid - first), None)
+    return n
+
+
+def node(cls):
+    """Decorator: a frozen, slotted, interned dataclass with identity equality.
+
+    Each node has a private ``_meta`` dict for cached facts (type, free
+    variables) that are functions of the node alone.
+    """
+    ns = dict(cls.__dict__)
+    ann = dict(ns.get("__annotations__", {}))
+    ann["_meta"] = "dict"
+    cls.__annotations__ = ann
+    cls._meta = field(default=None, init=False, repr=False, compare=False)
+    dc = dataclass(frozen=True, eq=False, slots=True, weakref_slot=True, repr=False)(cls)
+    dc._field_names = names = tuple(f.name for f in fields(dc) if f.name != "_meta")
+    dc._normalizes = dc._normalize.__func__ is not Node._normalize.__func__
+    # children(n) in C: attrgetter gives a tuple for two or more names
+    if len(names) >= 2:
+        dc._children = staticmethod(operator.attrgetter(*names))
+    elif names:
+        get = operator.attrgetter(names[0])
+        dc._children = staticmethod(lambda n: (get(n),))
+    else:
+        dc._children = staticmethod(lambda n: ())
+    return dc
+
+
+def meta(n: Node) -> dict:
+    m = n._meta
+    if m is None:
+        with _TABLE_LOCK:  # two threads must not each install their own dict
+            m = n._meta
+            if m is None:
+                m = {}
+                object.__setattr__(n, "_meta", m)
+    return m
+
+
+def children(n: Node) -> tuple:
+    """The node's fields in order (sub-nodes and plain data alike)."""
+    return n._children(n)
+
+
+def rebuild(n: Node, args: Iterable) -> Node:
+    """``rebuild(n, children(n)) is n``; otherwise the same constructor on ``args``."""
+    args = tuple(args)
+    for a, b in zip(args, n._children(n)):
+        if a is not b:
+            return type(n)(*args)
+    return n
+
+
+_fresh = itertools.count(1)
+
+
+def fresh_uid() -> int:
+    return next(_fresh)
+
+

@@ -1,0 +1,279 @@
+"""Scope (paper Section 4, environments): free variables and indices, size
+variables, capture-avoiding substitution, canonical naming (alpha-
+equivalence) and the traversals passes share.
+
+Facts of a node alone (free variables, free indices, size variables) are
+kept in the node's typed slots (``nodes.Node.__slots__``); the relations a
+program uses are memoized in this module's own weak table.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from .expressions import _VALUE_SORTS, Const, Expr, Gen, Let, Loop, Sum, Var
+from .indices import Aff, BoolLit, Exists, IndexVar, Pred, Rel, Relation, SizeVar, as_aff, sym_aff
+from .nodes import Node, children, fresh_uid, rebuild
+from .types_base import Type
+
+# --------------------------------------------------------------------------
+# Free variables and substitution
+
+
+def free_vars(n: Node) -> frozenset:
+    """Free value variables (``Var``) of an expression or predicate."""
+    try:
+        return n._fv
+    except AttributeError:
+        pass
+    if True:
+        match n:
+            case Var():
+                fv = frozenset((n,))
+            case Let(var=v, value=e0, body=e1):
+                fv = free_vars(e0) | (free_vars(e1) - {v})
+            case Loop(init=e0, svar=v, body=e1):
+                fv = free_vars(e0) | (free_vars(e1) - {v})
+            case _:
+                # Call keeps its arguments in a tuple field: descend into tuples too
+                parts = []
+                if isinstance(n, (Expr, Pred)):
+                    for c in children(n):
+                        if isinstance(c, (Expr, Pred)):
+                            parts.append(free_vars(c))
+                        elif isinstance(c, tuple):
+                            parts.extend(free_vars(x) for x in c if isinstance(x, (Expr, Pred)))
+                fv = frozenset().union(*parts)
+        object.__setattr__(n, "_fv", fv)
+    return fv
+
+
+def free_indices(n: Node) -> frozenset:
+    """Free index variables of an expression, predicate, affine index or type."""
+    try:
+        return n._fi
+    except AttributeError:
+        pass
+    if True:
+        match n:
+            case IndexVar():
+                fi = frozenset((n,))
+            case SizeVar() | BoolLit() | Var() | Const() | Relation():
+                fi = frozenset()
+            case Aff():
+                fi = n.index_vars()
+            case Gen(var=i, extent=a, body=b) | Sum(var=i, extent=a, body=b) | Exists(var=i, extent=a, body=b):
+                fi = (free_indices(b) - {i}) | free_indices(a)
+            case Loop(extent=a, init=e0, ivar=i, body=b):
+                fi = (free_indices(b) - {i}) | free_indices(a) | free_indices(e0)
+            case Type():
+                fi = frozenset()
+            case _:
+                parts = []
+                for c in children(n):
+                    if isinstance(c, Node):
+                        parts.append(free_indices(c))
+                    elif isinstance(c, tuple):
+                        parts.extend(free_indices(x) for x in c if isinstance(x, Node))
+                fi = frozenset().union(*parts)
+        object.__setattr__(n, "_fi", fi)
+    return fi
+
+
+def size_vars(n: Node) -> frozenset:
+    """Size variables occurring anywhere in a node (including variable types)."""
+    try:
+        return n._sv
+    except AttributeError:
+        pass
+    if True:
+        match n:
+            case SizeVar():
+                sv = frozenset((n,))
+            case Aff():
+                sv = n.size_vars()
+            case Var(type=t):
+                sv = size_vars(t)
+            case _:
+                parts = []
+                for c in children(n):
+                    if isinstance(c, Node):
+                        parts.append(size_vars(c))
+                    elif isinstance(c, tuple):
+                        for x in c:
+                            if isinstance(x, Node):
+                                parts.append(size_vars(x))
+                            elif isinstance(x, tuple):
+                                parts.extend(size_vars(y) for y in x if isinstance(y, Node))
+                sv = frozenset().union(*parts)
+        object.__setattr__(n, "_sv", sv)
+    return sv
+
+
+def subst(n: Node, vals: dict | None = None, idx: dict | None = None) -> Node:
+    """Capture-avoiding substitution ``[x -> v]e`` (Section 4, environments).
+
+    ``vals`` maps ``Var`` to ``Expr``; ``idx`` maps ``IndexVar`` to ``Aff``
+    (or int).  Binders whose variable would capture a free variable of a
+    substituted term are renamed first.
+    """
+    vals = {k: v for k, v in (vals or {}).items() if k is not v}
+    idx = {k: as_aff(v) for k, v in (idx or {}).items()}
+    idx = {k: v for k, v in idx.items() if v is not sym_aff(k)}
+    if not vals and not idx:
+        return n
+    captured_i = frozenset().union(*(free_indices(v) for v in vals.values()), *(a.index_vars() for a in idx.values()))
+    captured_v = frozenset().union(*(free_vars(v) for v in vals.values()))
+    memo: dict = {}
+    return _subst(n, vals, idx, captured_i, captured_v, memo)
+
+
+def _subst(n, vals, idx, cap_i, cap_v, memo):
+    if not isinstance(n, Node):
+        if isinstance(n, tuple):
+            return tuple(_subst(x, vals, idx, cap_i, cap_v, memo) for x in n)
+        return n
+    # Nothing to do below a node none of whose free symbols are substituted
+    # (each test only when something of its kind is substituted).
+    if isinstance(n, _VALUE_SORTS):
+        if (not vals or free_vars(n).isdisjoint(vals)) and (not idx or free_indices(n).isdisjoint(idx)):
+            return n
+    elif isinstance(n, Aff):
+        if not idx or n.index_vars().isdisjoint(idx):
+            return n
+    got = memo.get(n)
+    if got is not None:
+        return got
+    match n:
+        case Var():
+            out = vals.get(n, n)
+        case Aff():
+            out = n.subst(idx)
+        case Gen(var=i, extent=a, body=b) | Sum(var=i, extent=a, body=b) | Exists(var=i, extent=a, body=b):
+            a2 = _subst(a, vals, idx, cap_i, cap_v, memo)
+            inner_idx, inner_memo = idx, memo
+            if i in idx:  # shadowed
+                inner_idx, inner_memo = {k: v for k, v in idx.items() if k is not i}, {}
+            if i in cap_i:  # would capture: rename the binder
+                j = IndexVar(i.name, fresh_uid())
+                inner_idx, inner_memo = {**inner_idx, i: sym_aff(j)}, {}
+                i = j
+            out = type(n)(i, a2, _subst(b, vals, inner_idx, cap_i, cap_v, inner_memo))
+        case Let(var=v, value=e0, body=e1):
+            e0b = _subst(e0, vals, idx, cap_i, cap_v, memo)
+            inner_vals = {k: x for k, x in vals.items() if k is not v}
+            if v in cap_v:
+                w = Var(v.name, fresh_uid(), v.type)
+                inner_vals[v] = w
+                v = w
+            e1b = _subst(e1, inner_vals, idx, cap_i, cap_v, {})
+            out = Let(v, e0b, e1b)
+        case Loop(extent=a, init=e0, ivar=i, svar=v, body=b, checkpoint=ck):
+            a2, e0b = _subst(a, vals, idx, cap_i, cap_v, memo), _subst(e0, vals, idx, cap_i, cap_v, memo)
+            inner_vals = {k: x for k, x in vals.items() if k is not v}
+            inner_idx = {k: x for k, x in idx.items() if k is not i}
+            if v in cap_v:  # rename the state variable, as Let does
+                w = Var(v.name, fresh_uid(), v.type)
+                inner_vals[v] = w
+                v = w
+            if i in cap_i:  # rename the step index, as Gen does
+                j = IndexVar(i.name, fresh_uid())
+                inner_idx[i] = sym_aff(j)
+                i = j
+            out = Loop(a2, e0b, i, v, _subst(b, inner_vals, inner_idx, cap_i, cap_v, {}), ck)
+        case _:
+            out = rebuild(n, (_subst(c, vals, idx, cap_i, cap_v, memo) for c in children(n)))
+    memo[n] = out
+    return out
+
+
+# --------------------------------------------------------------------------
+# Canonical naming and alpha-equivalence
+
+
+def canon_index(level: int, name: str | None = None) -> IndexVar:
+    """The canonical index variable for binder depth ``level`` (uid < 0)."""
+    if name is None:
+        name = _IDX_NAMES[level % len(_IDX_NAMES)] + ("" if level < len(_IDX_NAMES) else str(level))
+    return IndexVar(name, -(level + 1))
+
+
+def canonicalize(n: Node) -> Node:
+    """Rename every bound index variable to :func:`canon_index` of its binder
+    depth and every let-bound variable to a depth-numbered name, so
+    alpha-equivalent terms become one interned object (de Bruijn levels)."""
+    return _canon(n, {}, {}, 0, 0)
+
+
+def _canon(n, imap, vmap, ilevel, vlevel):
+    if not isinstance(n, Node):
+        if isinstance(n, tuple):
+            return tuple(_canon(x, imap, vmap, ilevel, vlevel) for x in n)
+        return n
+    match n:
+        case Var():
+            return vmap.get(n, n)
+        case IndexVar():
+            return imap.get(n, n)
+        case Aff():
+            return n.subst({k: sym_aff(v) for k, v in imap.items() if k in n.index_vars()}) if imap else n
+        case Gen(var=i, extent=a, body=b) | Sum(var=i, extent=a, body=b) | Exists(var=i, extent=a, body=b):
+            j = canon_index(ilevel, "e" + str(ilevel) if isinstance(n, Exists) else None)
+            return type(n)(j, _canon(a, imap, vmap, ilevel, vlevel), _canon(b, {**imap, i: j}, vmap, ilevel + 1, vlevel))
+        case Let(var=v, value=e0, body=e1):
+            w = Var(f"x{vlevel}", -(vlevel + 1), _canon(v.type, imap, vmap, ilevel, vlevel))
+            return Let(w, _canon(e0, imap, vmap, ilevel, vlevel), _canon(e1, imap, {**vmap, v: w}, ilevel, vlevel + 1))
+        case Loop(extent=a, init=e0, ivar=i, svar=v, body=b, checkpoint=ck):
+            j = canon_index(ilevel)
+            w = Var(f"x{vlevel}", -(vlevel + 1), _canon(v.type, imap, vmap, ilevel, vlevel))
+            body = _canon(b, {**imap, i: j}, {**vmap, v: w}, ilevel + 1, vlevel + 1)
+            return Loop(_canon(a, imap, vmap, ilevel, vlevel), _canon(e0, imap, vmap, ilevel, vlevel), j, w, body, ck)
+        case SizeVar() | BoolLit() | Const() | Relation() | Type():
+            return n
+        case _:
+            return rebuild(n, (_canon(c, imap, vmap, ilevel, vlevel) for c in children(n)))
+
+
+_IDX_NAMES = "ijklmnopqrstuvwxyz"
+
+
+def alpha_eq(a: Node, b: Node) -> bool:
+    """Alpha-equivalence: equal up to the names of bound variables."""
+    return canonicalize(a) is canonicalize(b)
+
+
+def walk(n: Node):
+    """All distinct sub-nodes (Expr, Pred, Aff) of ``n``, parents before children."""
+    seen = set()
+    stack = [n]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        yield x
+        for c in reversed(children(x)):
+            if isinstance(c, (Expr, Pred, Aff)):
+                stack.append(c)
+            elif isinstance(c, tuple):
+                stack.extend(y for y in reversed(c) if isinstance(y, (Expr, Pred, Aff)))
+
+
+def input_vars(e: Expr) -> list:
+    """Free variables of a program, sorted by name (its inputs)."""
+    return sorted(free_vars(e), key=lambda v: (v.name, v.uid))
+
+
+def relations_of(n: Node) -> list:
+    """Relations used in ``n``, sorted by name (memoized: every call of a
+    compiled program asks)."""
+    got = _RELATIONS.get(n)
+    if got is None:
+        rels = {x.rel for x in walk(n) if isinstance(x, Rel)}
+        got = _RELATIONS[n] = tuple(sorted(rels, key=lambda r: r.name))
+    return list(got)
+
+
+_RELATIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
