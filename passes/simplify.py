@@ -65,7 +65,7 @@ from tensorlang.ir import (
     walk,
     sym_aff,
 )
-from tensorlang.sharing import has_work
+from tensorlang.sharing import explicit_sharing, has_work
 
 from .profile import stage as _timed
 from tensorlang.typecheck import type_of, zero_of
@@ -377,6 +377,27 @@ def _subst_free(e: Expr, sub: dict) -> Expr:
     return subst(e, vals=mine) if mine else e
 
 
+def project(pair: Pair, k: int) -> Expr:
+    """``π_k (e0, e1)`` (rule 5.11) without losing what ``e_k`` shared with
+    the dropped component.
+
+    The cost model charges the DAG once per shared sub-term, bound at its
+    home (``explicit_sharing``, Fig. 6 with 4.32): in
+    ``π0 (gen[i:n] 2 + Σx, 2 + Σx)`` the loop-invariant ``2 + Σx`` costs once,
+    but ``gen[i:n] 2 + Σx`` alone recomputes it per ``i``.  So the pair's
+    sharing is made explicit first and the projection pushed through its
+    lets (rule 5.5), then 5.11: ``let v = 2 + Σx in gen[i:n] v``.  Lets only
+    the dropped component used are dead and removed by the next round."""
+    kept = pair.fst if k == 0 else pair.snd
+    other = pair.snd if k == 0 else pair.fst
+    if not (has_work(kept) and has_work(other)):
+        return kept  # nothing with work can be shared between them
+    binds, body = lets(explicit_sharing(pair))
+    if not binds or not isinstance(body, Pair):
+        return kept
+    return make_lets(binds, body.fst if k == 0 else body.snd)
+
+
 class _Simplifier:
     def __init__(self):
         self.memo: dict = {}
@@ -425,7 +446,7 @@ class _Simplifier:
             case Proj(index=k, arg=a):
                 a = self.expr(a, ctx)
                 if isinstance(a, Pair):
-                    return a.fst if k == 0 else a.snd
+                    return project(a, k)
                 return Proj(k, a)
             case Gen(var=i, extent=n, body=b):
                 b = self.expr(b, ctx.bind(i, n))

@@ -158,13 +158,31 @@ def _flat(v):
 _ = (TRUE, FALSE, Iverson, pytest)
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: projecting a pair drops the sharing of a sub-term it shared "
-                   "with the other component; the loop-invariant 2 + sum x0 is then charged per gen iteration")
 def test_projection_of_a_pair_keeps_a_shared_loop_invariant_computed_once():
-    # found by the random-program property above (session 3): cost 2 -> 4 at n = 2
+    # found by the random-program property above (session 3): cost 2 -> 4 at n = 2; the
+    # projection now keeps the pair's sharing as a let (passes/simplify.project, rule 5.5 + 5.11)
+    from tests.counting import counting_cost, total
+
     n = tl.size("n")
     x0 = tl.tensor("x0", n)
     s = tl.sum(n, lambda k: x0[k])
     e = tl.proj(tl.pair(tl.gen(n, lambda i: 2 + s), 2 + s), 0)
-    assert tl.cost(e, n=2) == 2
-    assert tl.cost(simplify(e), n=2) <= tl.cost(e, n=2)
+    out = simplify(e)
+    assert not any(isinstance(x, (tl.ir.Pair, tl.ir.Proj)) for x in tl.ir.walk(out))
+    for size in (1, 2, 3, 6):
+        assert tl.cost(e, n=size) == total(counting_cost(e, n=size)) == size  # n - 1 adds for Σ, one + 2
+        assert total(counting_cost(out, n=size)) == tl.cost(out, n=size) == size
+    xv = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(tl.evaluate(out, x0=xv), np.full(3, 2 + xv.sum()), rtol=1e-12)
+
+
+def test_projection_drops_lets_only_the_other_component_used():
+    n = tl.size("n")
+    x0 = tl.tensor("x0", n)
+    s = tl.sum(n, lambda k: x0[k])
+    e = tl.proj(tl.pair(tl.gen(n, lambda i: 2 + s), tl.exp(2 + s) * tl.exp(2 + s)), 1)
+    out = simplify(e)
+    assert tl.cost_breakdown(out, n=3)["calls"] == {"exp": 1}
+    assert tl.cost(out, n=3) <= tl.cost(e, n=3)
+    xv = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(tl.evaluate(out, x0=xv), np.exp(2 + xv.sum()) ** 2, rtol=1e-12)
