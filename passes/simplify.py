@@ -169,6 +169,29 @@ def _subst_free(e: Expr, sub: dict) -> Expr:
     return subst(e, vals=mine) if mine else e
 
 
+def _inline_pays(g: Gen, ctx: _Ctx) -> bool:
+    """May ``(gen[i:n] e)[a]`` become ``e[i := a]`` (rule 5.21) here without
+    raising the cost?
+
+    The cost model builds a tensor once at its home, just inside the
+    innermost binder it depends on (``explicit_sharing``): ``n`` times
+    ``e``.  Substituted, ``e`` is paid at every evaluation of the access, so
+    once per iteration of the binders between that home and here.  That is
+    no dearer when ``e`` does no work, when there is no such binder, or when
+    there is one of extent ``n`` (``gen[i:n] (gen[k:n] e)[i]``).  Inside
+    ``gen[i:n] sum[j:n]`` of a closed ``gen[k:n] 2 + 2`` it would pay ``n²``
+    additions for ``n`` (found by the random-program property)."""
+    if not has_work(g.body):
+        return True
+    fi = free_indices(g)
+    between = []
+    for i, n in reversed(ctx.binds):
+        if i in fi:
+            break
+        between.append(n)
+    return not between or (len(between) == 1 and between[0] is g.extent)
+
+
 def project(pair: Pair, k: int) -> Expr:
     """``π_k (e0, e1)`` (rule 5.11) without losing what ``e_k`` shared with
     the dropped component.
@@ -255,7 +278,7 @@ class _Simplifier:
                 a = self.expr(a, ctx)
                 if is_zero(a):
                     return _zero(Access(a, ix))
-                if isinstance(a, Gen):  # 5.21
+                if isinstance(a, Gen) and _inline_pays(a, ctx):  # 5.21
                     return self.expr(subst(a.body, idx={a.var: ix}), ctx)
                 if isinstance(a, Iverson):  # 5.22
                     return self.expr(Iverson(a.pred, Access(a.body, ix)), ctx)

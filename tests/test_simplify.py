@@ -186,3 +186,26 @@ def test_projection_drops_lets_only_the_other_component_used():
     assert tl.cost(out, n=3) <= tl.cost(e, n=3)
     xv = np.array([0.5, -1.0, 2.0])
     np.testing.assert_allclose(tl.evaluate(out, x0=xv), np.exp(2 + xv.sum()) ** 2, rtol=1e-12)
+
+
+def test_a_loop_invariant_tensor_is_not_inlined_into_a_loop_it_does_not_use():
+    # found by the random-program property in explore mode (session 4): rule 5.21 turned
+    # gen[i:n] sum[j:n] (gen[k:n] 2 + 2)[i] into gen[i:n] sum[j:n] 2 + 2, paying n² additions
+    # where the invariant tensor cost n (8 -> 10 at n = 2)
+    from tests.counting import counting_cost, total
+
+    n = tl.size("n")
+    x0 = tl.tensor("x0", n)
+    g = tl.gen(n, lambda k: tl.const(2) + 2)
+    e = tl.gen(n, lambda i: tl.sum(n, lambda j: g[i]) + tl.sum(n, lambda k: x0[k]))
+    out = simplify(e)
+    for size in (1, 2, 3, 5):
+        want = total(counting_cost(e, n=size))
+        assert tl.cost(e, n=size) == want == size + 2 * size * (size - 1) + size  # hand count
+        assert tl.cost(out, n=size) == total(counting_cost(out, n=size)) <= want
+    xv = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(tl.evaluate(out, x0=xv), np.full(3, 12 + xv.sum()), rtol=1e-12)
+    # where the access runs once per element of the tensor, 5.21 still applies
+    e2 = tl.gen(n, lambda i: g[i] * x0[i])
+    assert not any(isinstance(x, tl.ir.Gen) and x is not simplify(e2) for x in tl.ir.walk(simplify(e2)))
+    assert tl.cost(simplify(e2), n=4) <= tl.cost(e2, n=4)
