@@ -48,6 +48,7 @@ from tensorlang.ir import (
     conj,
     free_indices,
     free_vars,
+    fresh_var,
     lets,
     make_lets,
     make_sums,
@@ -167,6 +168,31 @@ def _subst_free(e: Expr, sub: dict) -> Expr:
         return e
     mine = {v: sub[v] for v in free_vars(e) if v in sub}
     return subst(e, vals=mine) if mine else e
+
+
+def _shared_work(dead: Expr, rest: set) -> list:
+    """The largest closed sub-terms of ``dead`` that do work and also occur in
+    ``rest`` (a set of nodes).  The cost model charges such a term once for
+    both (DAG sharing, ``explicit_sharing``); dropping ``dead`` leaves it
+    once in ``rest``, where a loop it does not use would pay it per
+    iteration (``let t = gen[i:n] s in gen[i:m] s``: ``s`` once, then ``m``
+    times).  Binding it keeps it shared (rule 4.32)."""
+    out, stack, seen = [], [dead], set()
+    scope = free_vars(dead)
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x is not dead and x in rest and has_work(x) and not free_indices(x) and free_vars(x) <= scope:
+            out.append(x)
+            continue
+        for c in children(x):
+            if isinstance(c, Expr):
+                stack.append(c)
+            elif isinstance(c, tuple):
+                stack.extend(z for z in c if isinstance(z, Expr))
+    return out
 
 
 def _inline_pays(g: Gen, ctx: _Ctx) -> bool:
@@ -370,6 +396,12 @@ class _Simplifier:
                     cse[v] = e0
                     out.append((v, e0))
                     note(e0)
+                else:  # dead, but a part of it is computed again later: share that part
+                    for part in _shared_work(e0, seen):
+                        w = fresh_var("t", type_of(part))
+                        cse[w] = part
+                        out.append((w, part))
+                        note(part)
                 continue
             if c == 1 and not has_work(e0):
                 inline.add(v)  # a single-use gather: inlining never changes the cost
@@ -409,6 +441,10 @@ class _Simplifier:
                 e1b = _replace(e1, e0, v)
                 if e1b is not e1:
                     return self.expr(Let(v, e0, e1b), ctx)
+            parts = _shared_work(e0, set(walk(e1))) if has_work(e0) else []
+            for part in reversed(parts):  # a part of it is: share that part
+                w = fresh_var("t", type_of(part))
+                e1 = Let(w, part, _replace(e1, part, w))
             return self.expr(e1, ctx)
         e0 = self.expr(e0, ctx)
         if isinstance(e0, Var) or is_zero(e0) or isinstance(e0, Const):

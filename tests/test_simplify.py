@@ -209,3 +209,23 @@ def test_a_loop_invariant_tensor_is_not_inlined_into_a_loop_it_does_not_use():
     e2 = tl.gen(n, lambda i: g[i] * x0[i])
     assert not any(isinstance(x, tl.ir.Gen) and x is not simplify(e2) for x in tl.ir.walk(simplify(e2)))
     assert tl.cost(simplify(e2), n=4) <= tl.cost(e2, n=4)
+
+
+def test_dropping_a_dead_binding_keeps_what_it_shared_with_the_rest():
+    # found by the random-program property in explore mode (session 4): the dead
+    # let t = gen[i:n] s shared s = 2 + Σx0 + Σx1 with the result gen[i:m] s; dropping it
+    # charged s per i (3 -> 6 at n = 1, m = 2).  Rule 4.32: s is now bound once.
+    from tests.counting import counting_cost, total
+
+    n, m = tl.sizes("n m")
+    x0, x1 = tl.tensor("x0", m), tl.tensor("x1", n)
+    body = tl.const(2) + tl.sum(m, lambda k: x0[k]) + tl.sum(n, lambda k: x1[k])
+    e = tl.let(tl.gen(n, lambda i: body), lambda t: tl.gen(m, lambda i: body))
+    out = simplify(e)
+    assert len(tl.ir.lets(out)[0]) == 1  # the dead tensor is gone, the shared scalar stays bound
+    for nn, mm in ((1, 2), (2, 2), (3, 1), (2, 5)):
+        want = total(counting_cost(e, n=nn, m=mm))
+        assert tl.cost(e, n=nn, m=mm) == want == (mm - 1) + (nn - 1) + 2  # hand count
+        assert tl.cost(out, n=nn, m=mm) == total(counting_cost(out, n=nn, m=mm)) <= want
+    a, b = np.array([0.5, -1.0]), np.array([2.0, 3.0, -4.0])
+    np.testing.assert_allclose(tl.evaluate(out, x0=a, x1=b), np.full(2, 2 + a.sum() + b.sum()), rtol=1e-12)
