@@ -61,14 +61,13 @@ def reduction(gens: list, binds: list, body: Expr):
     without repeating a reduction its context does not vary.
 
     Rules 6.48/6.49 sum the cotangent over every binder of the primal
-    (``sum[~g ~s]``).  The primal's cost model shares a term per binder it
-    uses: ``gen[~g] sum[k] s`` costs its sum once where ``s`` does not use
-    ``~g``, and a summand that does not use ``k`` is summed as a repeated
-    term.  Summed back as written, ``sum[~g] sum[k] dY[~g]`` costs
-    ``|~g|·|k|`` where the primal paid ``|~g| + |k|`` (Theorem 6.55 fails;
-    RULES.md 5.7, step 4 needs each rule cost-preserving).  Two exact
-    rewrites of the same value restore it, both by 4.30 (**) and the
-    let-sharing of 4.32 (a reduction of ``N`` terms costs ``N - 1``):
+    (``sum[~g ~s]``).  Where the primal's summand does not use a binder
+    (``gen[~g] sum[k:n+1] s0``), the cost model pays that sum once and
+    shares it (DAG sharing, rule 4.32), but the transposed
+    ``sum[~g] sum[k:n+1] dY[~g]`` pays ``|~g|·(n+1)`` additions: Theorem 6.55
+    failed (397 > 4·56 at n = 7; RULES.md 5.7 step 4 needs every rule
+    cost-preserving).  Two rewrites that keep the value restore it (4.30 (**):
+    a reduction of ``N`` terms costs ``N - 1``; 4.32: a let is paid once):
 
     * the binders the summand does not use are moved outermost
       (``sum`` commutes) and the rest is bound once:
