@@ -143,7 +143,6 @@ from tensorlang.functions import derivative_def  # noqa: E402
 from tensorlang.ir import (  # noqa: E402
     Add,
     Call,
-    Cmp,
     Const,
     Exists,
     Gen,
@@ -157,7 +156,6 @@ from tensorlang.ir import (  # noqa: E402
     access,
     conj,
     disj,
-    free_indices,
     fresh_index,
     fresh_var,
     iverson,
@@ -169,6 +167,7 @@ from tensorlang.typecheck import type_of, zero_of  # noqa: E402
 
 from .env import extend  # noqa: E402
 from .rules import rule  # noqa: E402
+from .contraction import _split_sums, paper_form, reduction  # noqa: E402
 from .ssa_form import AddRHS, ConstRHS, ContractRHS, InputRHS, MapRHS, classify  # noqa: E402
 
 
@@ -231,43 +230,6 @@ def _fresh_view(view):
             return ContractRHS(g2, s2, rp(p), fs2)
         case _:
             raise UnsupportedError(f"not an SSA view: {view!r}")
-
-
-def paper_form(view: ContractRHS) -> ContractRHS:
-    """Make each factor's access list ``~i0``/``~i1`` distinct summation
-    variables ranging over exactly that factor's shape, linked to the rest
-    only through ``p`` (the shape Fig. 10 and rule 6.48 assume).  An access
-    by a generator variable, a repeated variable, a variable shared between
-    the factors or one whose range differs from the dimension becomes a new
-    summation variable ``u`` with ``u = v`` conjoined to ``p``."""
-    gens_ = set(i for i, _ in view.gens)
-    ext = dict(view.gens) | dict(view.sums)
-    sums_ = list(view.sums)
-    p = view.p
-    seen: set = set()
-    factors = []
-    for x, idx in view.factors:
-        dims = shape_of(x.type)
-        new = []
-        for v, n in zip(idx, dims):
-            if v in gens_ or v in seen or ext[v] is not n:
-                u = fresh_index("u")
-                sums_.append((u, n))
-                p = conj(p, Cmp("==", sym_aff(u), sym_aff(v)))
-                v = u
-            seen.add(v)
-            new.append(v)
-        factors.append((x, tuple(new)))
-    return ContractRHS(view.gens, tuple(sums_), p, tuple(factors))
-
-
-def _split_sums(view: ContractRHS):
-    """``(~i0 binds, ~i1 binds, ~s binds)`` of a paper-form contraction."""
-    ext = dict(view.sums)
-    lists = [[(v, ext[v]) for v in idx] for _, idx in view.factors]
-    used = {v for _, idx in view.factors for v in idx}
-    s = [(v, n) for v, n in view.sums if v not in used]
-    return lists, s
 
 
 # ==========================================================================
@@ -537,14 +499,17 @@ def transpose_binary_contraction(t):
     sig = t.right.sigma
     d0 = fresh_var("d" + x0.name + "'", x0.type)
     d1 = fresh_var("d" + x1.name + "'", x1.type)
-    e0 = make_gens(i0, make_sums(g + i1 + s, iverson(pp, Mul(dyg, access(x1, affs(a1))))))
-    e1 = make_gens(i1, make_sums(i0 + g + s, iverson(pp, Mul(access(x0, affs(a0)), dyg))))
+    lets0, e0 = reduction(i0, g + i1 + s, iverson(pp, Mul(dyg, access(x1, affs(a1)))))
+    lets1, e1 = reduction(i1, i0 + g + s, iverson(pp, Mul(access(x0, affs(a0)), dyg)))
     q0 = exists(g + i1 + s, pp)
     q1 = exists(i0 + g + s, pp)
-    return BLet(d0, e0, BLet(d1, e1, OPlus((
+    out = BLet(d0, e0, BLet(d1, e1, OPlus((
         Inner(d0, Deriv(x0, sig), q0, tuple(a0)),
         Inner(d1, Deriv(x1, sig), q1, tuple(a1)),
     ))))
+    for r, e in reversed(lets0 + lets1):
+        out = BLet(r, e, out)
+    return out
 
 
 @rule("6.49", figure=16)
@@ -564,14 +529,11 @@ def transpose_unary_contraction(t):
     ((x, a),) = v.factors
     d = fresh_var("d" + x.name + "'", x.type)
     inner = Inner(d, Deriv(x, t.right.sigma), exists(g + s, pp), tuple(a))
-    summed = make_sums(g + s, iverson(pp, dyg))
-    if i0 and not (free_indices(summed) & {i for i, _ in i0}):
-        # rule 6.49, X broadcast (no index of X occurs in the summand): the reduction is
-        # the same at every ~i, so it is bound once; inside gen[~i] it would be
-        # recomputed per element, |~i| times the primal's cost (Theorem 6.55).
-        r = fresh_var("r", type_of(summed))
-        return BLet(r, summed, BLet(d, make_gens(i0, r), inner))
-    return BLet(d, make_gens(i0, summed), inner)
+    lets_, value = reduction(i0, g + s, iverson(pp, dyg))
+    out = BLet(d, value, inner)
+    for r, e in reversed(lets_):
+        out = BLet(r, e, out)
+    return out
 
 
 _ = (Gen, IndexVar, TensorT, describe)

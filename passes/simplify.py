@@ -32,31 +32,23 @@ from tensorlang.ir import (
     TRUE,
     Access,
     Add,
-    Aff,
-    And,
-    BoolLit,
     Call,
-    Cmp,
     Const,
-    Exists,
     Expr,
     Gen,
     Iverson,
     Let,
     Mul,
-    Or,
     Pair,
     Pred,
     Proj,
-    Rel,
     Sum,
     Var,
-    as_aff,
     children,
     conj,
-    disj,
     free_indices,
     free_vars,
+    fresh_var,
     lets,
     make_lets,
     make_sums,
@@ -65,9 +57,10 @@ from tensorlang.ir import (
     walk,
     sym_aff,
 )
-from tensorlang.sharing import has_work
+from tensorlang.sharing import explicit_sharing, has_work
 
 from .profile import stage as _timed
+from .simplify_preds import Ctx as _Ctx, decide, eliminate, simplify_pred
 from tensorlang.typecheck import type_of, zero_of
 
 # --------------------------------------------------------------------------
@@ -88,206 +81,6 @@ def is_zero(e: Expr) -> bool:
 
 def _zero(e: Expr) -> Expr:
     return zero_of(type_of(e))
-
-
-# --------------------------------------------------------------------------
-# Conjunctions
-
-
-def conjuncts(p: Pred) -> list:
-    if isinstance(p, And):
-        return conjuncts(p.lhs) + conjuncts(p.rhs)
-    if p is TRUE:
-        return []
-    return [p]
-
-
-def _range(a: Aff, n: Aff) -> list:
-    """``0 <= a < n`` as two conjuncts (folded when constant)."""
-    out = []
-    for c in (Cmp("<=", as_aff(0), a), Cmp("<", a, n)):
-        d = c.rhs - c.lhs
-        if d.is_const:
-            if (c.op == "<=" and d.const >= 0) or (c.op == "<" and d.const > 0):
-                continue
-            return [FALSE]
-        out.append(c)
-    return out
-
-
-def _solve(cs: list, binds: list):
-    """Find ``(k, v, a)``: conjunct ``k`` is an equality fixing binder ``v`` to
-    the affine ``a`` (coefficient ±1); the outermost binder first."""
-    for v, _n in binds:
-        for k, c in enumerate(cs):
-            if isinstance(c, Cmp) and c.op == "==":
-                d = c.lhs - c.rhs
-                co = d.coeff(v)
-                if co in (1, -1):
-                    rest = d - Aff(((v, co),), 0)
-                    return k, v, rest * (-co)
-    return None
-
-
-def eliminate(binds: list, pred: Pred, body=None):
-    """Single-point elimination over a block of binders.
-
-    Signature: eliminate : [(IndexVar, Aff)] × Pred × (Expr | Pred | None)
-    -> ([(IndexVar, Aff)], Pred, Expr | Pred | None).  Each binder fixed by
-    an equality is substituted away and its range conjoined in its place.
-    """
-    binds = list(binds)
-    cs = conjuncts(pred)
-    while True:
-        hit = _solve(cs, binds)
-        if hit is None:
-            break
-        k, v, a = hit
-        n = dict(binds)[v]
-        binds = [(i, m) for i, m in binds if i is not v]
-        rng = _range(a, n)
-        cs = [subst(c, idx={v: a}) for c in cs[:k]] + rng + [subst(c, idx={v: a}) for c in cs[k + 1:]]
-        if body is not None:
-            body = subst(body, idx={v: a})
-        if any(c is FALSE for c in cs):
-            return binds, FALSE, body
-    return binds, conj(*cs), body
-
-
-# --------------------------------------------------------------------------
-# Predicates: existential elimination and isl decisions
-
-
-def conjuncts_of(p: Pred) -> list:
-    return conjuncts(p)
-
-
-def disjuncts(p: Pred) -> list:
-    if isinstance(p, Or):
-        return disjuncts(p.lhs) + disjuncts(p.rhs)
-    return [p]
-
-
-def _dedupe(groups) -> list:
-    out, seen = [], set()
-    for g in groups:
-        for c in g:
-            if id(c) not in seen:
-                seen.add(id(c))
-                out.append(c)
-    return out
-
-
-def simplify_pred(p: Pred) -> Pred:
-    """Signature: simplify_pred : Pred -> Pred (syntactic: literals, single-point exists)."""
-    match p:
-        case BoolLit() | Cmp() | Rel():
-            if isinstance(p, Cmp):
-                d = p.rhs - p.lhs
-                if d.is_const:
-                    ok = {"<": d.const > 0, "<=": d.const >= 0, "==": d.const == 0}[p.op]
-                    return TRUE if ok else FALSE
-            return p
-        case And():
-            return conj(*_dedupe(conjuncts_of(simplify_pred(c)) for c in conjuncts(p)))
-        case Or():
-            ds = _dedupe([simplify_pred(d)] for d in disjuncts(p))
-            # absorption: drop a disjunct whose conjuncts include another's
-            sets = [set(map(id, conjuncts(d))) for d in ds]
-            keep = [d for k, d in enumerate(ds)
-                    if not any(j != k and sets[j] < sets[k] for j in range(len(ds)))]
-            return disj(*keep)
-        case Exists():
-            binds, q = [], p
-            while isinstance(q, Exists):
-                binds.append((q.var, q.extent))
-                q = q.body
-            q = simplify_pred(q)
-            binds, q, _ = eliminate(binds, q)
-            q = simplify_pred(q)
-            if q is FALSE:
-                return FALSE
-            # drop binders the body does not mention (their ranges are non-empty for sizes >= 1)
-            keep = [(i, n) for i, n in binds if i in free_indices(q) or not _nonempty(n)]
-            for i, n in reversed(keep):
-                q = Exists(i, n, q)
-            return q
-        case _:
-            raise UnsupportedError(f"simplify: not a predicate: {p!r}")
-
-
-def _nonempty(n: Aff) -> bool:
-    """Is the range ``[0, n)`` non-empty for every size >= 1?"""
-    return all(c >= 0 for _, c in n.terms) and n.const + sum(c for _, c in n.terms) >= 1
-
-
-def _affine(p: Pred) -> bool:
-    return not any(isinstance(x, Rel) for x in _pred_nodes(p))
-
-
-def _pred_nodes(p: Pred):
-    stack = [p]
-    while stack:
-        x = stack.pop()
-        yield x
-        for c in children(x):
-            if isinstance(c, Pred):
-                stack.append(c)
-
-
-class _Ctx:
-    """Enclosing binders (index var -> extent) and bracket conjuncts."""
-
-    __slots__ = ("binds", "facts")
-
-    def __init__(self, binds=(), facts=()):
-        self.binds = tuple(binds)
-        self.facts = tuple(facts)
-
-    def bind(self, i, n) -> "_Ctx":
-        return _Ctx(self.binds + ((i, n),), self.facts)
-
-    def assume(self, p: Pred) -> "_Ctx":
-        new = tuple(c for c in conjuncts(p) if _affine(c))
-        return _Ctx(self.binds, self.facts + new)
-
-
-def _domain(ctx: _Ctx, preds) -> list:
-    """The binders of ``ctx`` that the predicates (transitively through their
-    extents and the facts) mention."""
-    need = set()
-    for q in preds:
-        need |= free_indices(q)
-    binds = []
-    for i, n in ctx.binds:
-        binds.append((i, n))
-    return [(i, n) for i, n in binds if i in need]
-
-
-def decide(ctx: _Ctx, p: Pred) -> Pred:
-    """``p`` with conjuncts implied by the context dropped; FALSE when empty."""
-    from tensorlang import isl_bridge
-
-    p = simplify_pred(p)
-    if p is TRUE or p is FALSE:
-        return p
-    cs = conjuncts(p)
-    facts = [f for f in ctx.facts]
-    affine_cs = [c for c in cs if _affine(c)]
-    try:
-        dom = _domain(ctx, facts + cs)
-        if free_indices(conj(*cs, *facts)) - {i for i, _ in dom}:
-            return p
-        if isl_bridge.is_empty(dom, conj(*facts, *cs), rel="true"):
-            return FALSE
-        keep = list(cs)
-        for c in affine_cs:
-            others = [x for x in keep if x is not c and _affine(x)]
-            if isl_bridge.implies(dom, conj(*facts, *others), c):
-                keep = [x for x in keep if x is not c]
-        return conj(*keep)
-    except (UnsupportedError, TensorLangError):
-        return p
 
 
 # --------------------------------------------------------------------------
@@ -377,6 +170,75 @@ def _subst_free(e: Expr, sub: dict) -> Expr:
     return subst(e, vals=mine) if mine else e
 
 
+def _shared_work(dead: Expr, rest: set) -> list:
+    """The largest closed sub-terms of ``dead`` that do work and also occur in
+    ``rest`` (a set of nodes).  The cost model charges such a term once for
+    both (DAG sharing, ``explicit_sharing``); dropping ``dead`` leaves it
+    once in ``rest``, where a loop it does not use would pay it per
+    iteration (``let t = gen[i:n] s in gen[i:m] s``: ``s`` once, then ``m``
+    times).  Binding it keeps it shared (rule 4.32)."""
+    out, stack, seen = [], [dead], set()
+    scope = free_vars(dead)
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x is not dead and x in rest and has_work(x) and not free_indices(x) and free_vars(x) <= scope:
+            out.append(x)
+            continue
+        for c in children(x):
+            if isinstance(c, Expr):
+                stack.append(c)
+            elif isinstance(c, tuple):
+                stack.extend(z for z in c if isinstance(z, Expr))
+    return out
+
+
+def _inline_pays(g: Gen, ctx: _Ctx) -> bool:
+    """May ``(gen[i:n] e)[a]`` become ``e[i := a]`` (rule 5.21) here without
+    raising the cost?
+
+    The cost model builds a tensor once at its home, just inside the
+    innermost binder it depends on (``explicit_sharing``): ``n`` times
+    ``e``.  Substituted, ``e`` is paid at every evaluation of the access, so
+    once per iteration of the binders between that home and here.  That is
+    no dearer when ``e`` does no work, when there is no such binder, or when
+    there is one of extent ``n`` (``gen[i:n] (gen[k:n] e)[i]``).  Inside
+    ``gen[i:n] sum[j:n]`` of a closed ``gen[k:n] 2 + 2`` it would pay ``n²``
+    additions for ``n`` (found by the random-program property)."""
+    if not has_work(g.body):
+        return True
+    fi = free_indices(g)
+    between = []
+    for i, n in reversed(ctx.binds):
+        if i in fi:
+            break
+        between.append(n)
+    return not between or (len(between) == 1 and between[0] is g.extent)
+
+
+def project(pair: Pair, k: int) -> Expr:
+    """``π_k (e0, e1)`` (rule 5.11) without losing what ``e_k`` shared with
+    the dropped component.
+
+    The cost model charges the DAG once per shared sub-term, bound at its
+    home (``explicit_sharing``, Fig. 6 with 4.32): in
+    ``π0 (gen[i:n] 2 + Σx, 2 + Σx)`` the loop-invariant ``2 + Σx`` costs once,
+    but ``gen[i:n] 2 + Σx`` alone recomputes it per ``i``.  So the pair's
+    sharing is made explicit first and the projection pushed through its
+    lets (rule 5.5), then 5.11: ``let v = 2 + Σx in gen[i:n] v``.  Lets only
+    the dropped component used are dead and removed by the next round."""
+    kept = pair.fst if k == 0 else pair.snd
+    other = pair.snd if k == 0 else pair.fst
+    if not (has_work(kept) and has_work(other)):
+        return kept  # nothing with work can be shared between them
+    binds, body = lets(explicit_sharing(pair))
+    if not binds or not isinstance(body, Pair):
+        return kept
+    return make_lets(binds, body.fst if k == 0 else body.snd)
+
+
 class _Simplifier:
     def __init__(self):
         self.memo: dict = {}
@@ -425,7 +287,7 @@ class _Simplifier:
             case Proj(index=k, arg=a):
                 a = self.expr(a, ctx)
                 if isinstance(a, Pair):
-                    return a.fst if k == 0 else a.snd
+                    return project(a, k)
                 return Proj(k, a)
             case Gen(var=i, extent=n, body=b):
                 b = self.expr(b, ctx.bind(i, n))
@@ -442,7 +304,7 @@ class _Simplifier:
                 a = self.expr(a, ctx)
                 if is_zero(a):
                     return _zero(Access(a, ix))
-                if isinstance(a, Gen):  # 5.21
+                if isinstance(a, Gen) and _inline_pays(a, ctx):  # 5.21
                     return self.expr(subst(a.body, idx={a.var: ix}), ctx)
                 if isinstance(a, Iverson):  # 5.22
                     return self.expr(Iverson(a.pred, Access(a.body, ix)), ctx)
@@ -534,6 +396,12 @@ class _Simplifier:
                     cse[v] = e0
                     out.append((v, e0))
                     note(e0)
+                else:  # dead, but a part of it is computed again later: share that part
+                    for part in _shared_work(e0, seen):
+                        w = fresh_var("t", type_of(part))
+                        cse[w] = part
+                        out.append((w, part))
+                        note(part)
                 continue
             if c == 1 and not has_work(e0):
                 inline.add(v)  # a single-use gather: inlining never changes the cost
@@ -573,6 +441,10 @@ class _Simplifier:
                 e1b = _replace(e1, e0, v)
                 if e1b is not e1:
                     return self.expr(Let(v, e0, e1b), ctx)
+            parts = _shared_work(e0, set(walk(e1))) if has_work(e0) else []
+            for part in reversed(parts):  # a part of it is: share that part
+                w = fresh_var("t", type_of(part))
+                e1 = Let(w, part, _replace(e1, part, w))
             return self.expr(e1, ctx)
         e0 = self.expr(e0, ctx)
         if isinstance(e0, Var) or is_zero(e0) or isinstance(e0, Const):

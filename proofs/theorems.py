@@ -48,22 +48,45 @@ def workload_programs(quick: bool):
 
 
 def random_programs(count: int, seed: int = 0, **kw):
-    """``count`` programs from tests/strategies.py (deterministic)."""
+    """``count`` programs from tests/strategies.py, a function of ``(count,
+    seed, kw)`` alone.
+
+    Not drawn by ``@given``: hypothesis's engine mixes in process state (a
+    derandomized run still draws "local constants" harvested from every
+    module in ``sys.modules``, so importing ``rich`` first changed random
+    tensor #7).  Each program is drawn from its own ``ConjectureData`` fed by
+    a ``random.Random`` seeded from ``seed`` and its position, with the
+    constant pools switched off; a draw the strategy rejects is replaced by
+    the next seed.  (Internal hypothesis API; hypothesis is pinned.)"""
     # hypothesis is a [test] dependency of the proofs: without it this
     # generator fails the obligation instead of yielding no programs
-    from hypothesis import HealthCheck, given, settings
+    import random
+    import warnings
+
+    from hypothesis.errors import HypothesisDeprecationWarning, StopTest, UnsatisfiedAssumption
+    from hypothesis.internal.conjecture.data import ConjectureData
+    from hypothesis.internal.conjecture.providers import HypothesisProvider
 
     from tests.strategies import programs
+
+    class _NoConstants(HypothesisProvider):
+        def _maybe_draw_constant(self, *args, **kwargs):
+            return None  # the constant pools depend on the loaded modules
+
+    strategy = programs(**kw)
     got = []
-
-    @settings(max_examples=count, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(programs(**kw))
-    def collect(p):
-        if len(got) < count:
-            got.append(p)
-
-    collect()
+    for attempt in range(100 * count):
+        if len(got) == count:
+            break
+        data = ConjectureData(random=random.Random(f"tensorlang-proofs/{seed}/{attempt}"), provider=_NoConstants)
+        try:
+            with warnings.catch_warnings():  # the strategy's assume() outside @given
+                warnings.simplefilter("ignore", HypothesisDeprecationWarning)
+                got.append(data.draw(strategy))
+        except (StopTest, UnsatisfiedAssumption):
+            continue
+    if len(got) < count:
+        raise RuntimeError(f"random_programs drew {len(got)} of {count} programs")
     return got
 
 

@@ -97,3 +97,25 @@ def test_theorem_6_55_on_broadcast_of_sum():
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
     # independent of the adjoint: d<dy, f(x)>/dx1[k] = sum of dy (every entry adds sum(x1))
     np.testing.assert_allclose(got[1], np.full(4, dy.sum()), rtol=1e-12)
+
+
+def test_proofs_corpus_draw_does_not_depend_on_imports():
+    """The proofs corpus (proofs/theorems.random_programs) is a function of its
+    arguments: a process that imported ``rich`` and other modules first draws
+    the same programs, sizes and inputs as this one."""
+    from proofs.theorems import random_programs
+
+    def digest(ps):
+        return [tl.pretty(p.expr, sharing=False) + repr(sorted(p.sizes.items())) for p in ps]
+
+    here = digest(random_programs(8, output="tensor", pairs=False))
+    assert len(set(here)) > 4  # really random programs, not one repeated
+    code = ("import json, sys; sys.path.insert(0, %r)\n"
+            "import rich.console, email.mime.text, decimal, fractions  # noqa: F401\n"
+            "import tensorlang as tl\n"
+            "from proofs.theorems import random_programs\n"
+            "ps = random_programs(8, output='tensor', pairs=False)\n"
+            "print(json.dumps([tl.pretty(p.expr, sharing=False) + repr(sorted(p.sizes.items())) for p in ps]))\n") % ROOT
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == here

@@ -236,3 +236,25 @@ def test_random_programs_exact(prog):
     e = let_lift(explicit_sharing(prog.expr))
     if _soa_io(e):
         check_pass(pair_elim, e, prog.inputs, prog.sizes, symbolic_inputs=prog.symbolic_inputs(), max_rule_checks=4)
+
+
+def test_bracket_over_a_pair_outside_the_relations_extent_does_not_raise_the_cost():
+    # a random search (session 2) reported [R0(2)]·(a, b) -> ([R0(2)]·a, [R0(2)]·b) raising the
+    # cost 0 -> 1 at n = 1, where R0(2) lies outside R0's extent.  Pinned here with the counting
+    # oracle at sizes inside and outside the extent and for empty, full and one-point data.
+    from tests.counting import counting_cost, total
+
+    n = tl.size("n")
+    R0 = tl.relation("R0", n)
+    x, y = tl.scalar("x"), tl.scalar("y")
+    u = tl.tensor("u", n)
+    bodies = [(x + 1, y * x), (tl.sum(n, lambda i: u[i]), x + y), (tl.gen(n, lambda i: u[i] * x), tl.exp(y))]
+    for a, b in bodies:
+        e = let_lift(explicit_sharing(tl.iverson(R0(2), tl.pair(a, b))))
+        for size in (1, 2, 3, 4):
+            for data in (np.zeros(size, bool), np.ones(size, bool), np.arange(size) == 2):
+                ins = {"x": 0.5, "y": -1.5, "u": np.linspace(-1, 1, size), "R0": data}
+                r = check_pass(pair_elim, e, ins, {"n": size})
+                used = {v.name for v in tl.ir.input_vars(r.output)} | {"R0"}
+                kw = {k: v for k, v in ins.items() if k in used}
+                assert r.cost_out == total(counting_cost(r.output, kw, n=size, R0=data)) <= r.cost_in

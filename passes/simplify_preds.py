@@ -1,0 +1,211 @@
+"""Predicates for the simplifier (paper §2.1, §6; RULES.md Note in §2.1):
+single-point elimination of summed or existential binders, syntactic
+predicate simplification, and isl decisions under the enclosing binders and
+brackets (``tensorlang.isl_bridge``).  Split from passes/simplify.py, which
+applies them to expressions.
+"""
+
+from __future__ import annotations
+
+from tensorlang.errors import TensorLangError, UnsupportedError
+from tensorlang.ir import FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, as_aff, children, conj, disj, free_indices, subst
+
+
+# --------------------------------------------------------------------------
+# Conjunctions
+
+
+def conjuncts(p: Pred) -> list:
+    if isinstance(p, And):
+        return conjuncts(p.lhs) + conjuncts(p.rhs)
+    if p is TRUE:
+        return []
+    return [p]
+
+
+def _range(a: Aff, n: Aff) -> list:
+    """``0 <= a < n`` as two conjuncts (folded when constant)."""
+    out = []
+    for c in (Cmp("<=", as_aff(0), a), Cmp("<", a, n)):
+        d = c.rhs - c.lhs
+        if d.is_const:
+            if (c.op == "<=" and d.const >= 0) or (c.op == "<" and d.const > 0):
+                continue
+            return [FALSE]
+        out.append(c)
+    return out
+
+
+def _solve(cs: list, binds: list):
+    """Find ``(k, v, a)``: conjunct ``k`` is an equality fixing binder ``v`` to
+    the affine ``a`` (coefficient ±1); the outermost binder first."""
+    for v, _n in binds:
+        for k, c in enumerate(cs):
+            if isinstance(c, Cmp) and c.op == "==":
+                d = c.lhs - c.rhs
+                co = d.coeff(v)
+                if co in (1, -1):
+                    rest = d - Aff(((v, co),), 0)
+                    return k, v, rest * (-co)
+    return None
+
+
+def eliminate(binds: list, pred: Pred, body=None):
+    """Single-point elimination over a block of binders.
+
+    Signature: eliminate : [(IndexVar, Aff)] × Pred × (Expr | Pred | None)
+    -> ([(IndexVar, Aff)], Pred, Expr | Pred | None).  Each binder fixed by
+    an equality is substituted away and its range conjoined in its place.
+    """
+    binds = list(binds)
+    cs = conjuncts(pred)
+    while True:
+        hit = _solve(cs, binds)
+        if hit is None:
+            break
+        k, v, a = hit
+        n = dict(binds)[v]
+        binds = [(i, m) for i, m in binds if i is not v]
+        rng = _range(a, n)
+        cs = [subst(c, idx={v: a}) for c in cs[:k]] + rng + [subst(c, idx={v: a}) for c in cs[k + 1:]]
+        if body is not None:
+            body = subst(body, idx={v: a})
+        if any(c is FALSE for c in cs):
+            return binds, FALSE, body
+    return binds, conj(*cs), body
+
+
+# --------------------------------------------------------------------------
+# Predicates: existential elimination and isl decisions
+
+
+def conjuncts_of(p: Pred) -> list:
+    return conjuncts(p)
+
+
+def disjuncts(p: Pred) -> list:
+    if isinstance(p, Or):
+        return disjuncts(p.lhs) + disjuncts(p.rhs)
+    return [p]
+
+
+def _dedupe(groups) -> list:
+    out, seen = [], set()
+    for g in groups:
+        for c in g:
+            if id(c) not in seen:
+                seen.add(id(c))
+                out.append(c)
+    return out
+
+
+def simplify_pred(p: Pred) -> Pred:
+    """Signature: simplify_pred : Pred -> Pred (syntactic: literals, single-point exists)."""
+    match p:
+        case BoolLit() | Cmp() | Rel():
+            if isinstance(p, Cmp):
+                d = p.rhs - p.lhs
+                if d.is_const:
+                    ok = {"<": d.const > 0, "<=": d.const >= 0, "==": d.const == 0}[p.op]
+                    return TRUE if ok else FALSE
+            return p
+        case And():
+            return conj(*_dedupe(conjuncts_of(simplify_pred(c)) for c in conjuncts(p)))
+        case Or():
+            ds = _dedupe([simplify_pred(d)] for d in disjuncts(p))
+            # absorption: drop a disjunct whose conjuncts include another's
+            sets = [set(map(id, conjuncts(d))) for d in ds]
+            keep = [d for k, d in enumerate(ds)
+                    if not any(j != k and sets[j] < sets[k] for j in range(len(ds)))]
+            return disj(*keep)
+        case Exists():
+            binds, q = [], p
+            while isinstance(q, Exists):
+                binds.append((q.var, q.extent))
+                q = q.body
+            q = simplify_pred(q)
+            binds, q, _ = eliminate(binds, q)
+            q = simplify_pred(q)
+            if q is FALSE:
+                return FALSE
+            # drop binders the body does not mention (their ranges are non-empty for sizes >= 1)
+            keep = [(i, n) for i, n in binds if i in free_indices(q) or not _nonempty(n)]
+            for i, n in reversed(keep):
+                q = Exists(i, n, q)
+            return q
+        case _:
+            raise UnsupportedError(f"simplify: not a predicate: {p!r}")
+
+
+def _nonempty(n: Aff) -> bool:
+    """Is the range ``[0, n)`` non-empty for every size >= 1?"""
+    return all(c >= 0 for _, c in n.terms) and n.const + sum(c for _, c in n.terms) >= 1
+
+
+def _affine(p: Pred) -> bool:
+    return not any(isinstance(x, Rel) for x in _pred_nodes(p))
+
+
+def _pred_nodes(p: Pred):
+    stack = [p]
+    while stack:
+        x = stack.pop()
+        yield x
+        for c in children(x):
+            if isinstance(c, Pred):
+                stack.append(c)
+
+
+class Ctx:
+    """Enclosing binders (index var -> extent) and bracket conjuncts."""
+
+    __slots__ = ("binds", "facts")
+
+    def __init__(self, binds=(), facts=()):
+        self.binds = tuple(binds)
+        self.facts = tuple(facts)
+
+    def bind(self, i, n) -> "Ctx":
+        return Ctx(self.binds + ((i, n),), self.facts)
+
+    def assume(self, p: Pred) -> "Ctx":
+        new = tuple(c for c in conjuncts(p) if _affine(c))
+        return Ctx(self.binds, self.facts + new)
+
+
+def _domain(ctx: Ctx, preds) -> list:
+    """The binders of ``ctx`` that the predicates (transitively through their
+    extents and the facts) mention."""
+    need = set()
+    for q in preds:
+        need |= free_indices(q)
+    binds = []
+    for i, n in ctx.binds:
+        binds.append((i, n))
+    return [(i, n) for i, n in binds if i in need]
+
+
+def decide(ctx: Ctx, p: Pred) -> Pred:
+    """``p`` with conjuncts implied by the context dropped; FALSE when empty."""
+    from tensorlang import isl_bridge
+
+    p = simplify_pred(p)
+    if p is TRUE or p is FALSE:
+        return p
+    cs = conjuncts(p)
+    facts = [f for f in ctx.facts]
+    affine_cs = [c for c in cs if _affine(c)]
+    try:
+        dom = _domain(ctx, facts + cs)
+        if free_indices(conj(*cs, *facts)) - {i for i, _ in dom}:
+            return p
+        if isl_bridge.is_empty(dom, conj(*facts, *cs), rel="true"):
+            return FALSE
+        keep = list(cs)
+        for c in affine_cs:
+            others = [x for x in keep if x is not c and _affine(x)]
+            if isl_bridge.implies(dom, conj(*facts, *others), c):
+                keep = [x for x in keep if x is not c]
+        return conj(*keep)
+    except (UnsupportedError, TensorLangError):
+        return p
