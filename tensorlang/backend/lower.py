@@ -72,6 +72,8 @@ from .hoist import hoist, occurrences, split_bracket
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
+from .contract import fuse_and_contract
+from .scatter import scatter_binding, scatter_plans
 from .relations import RelationLowering, Unpack, _add_terms, tidy
 
 
@@ -509,12 +511,13 @@ def lower_program(program: Expr, mode: str = "sparse"):
         lw = Lowerer(program, mode)
         lw.no_pack = set(no_pack)
         if fused is None:
-            fused = fuse(binds, [o for o in outs if isinstance(o, Var)], lw.scope0)
+            fused, plans = _fuse(binds, outs, lw.scope0)
         body = []
         outset = set(outs)
         try:
             for x, rhs in fused:
-                body += lw.binding(x, rhs, "output" if x in outset else "temporary")
+                role = "output" if x in outset else "temporary"
+                body += scatter_binding(lw, x, plans[x], role) if x in plans else lw.binding(x, rhs, role)
         except Unpack as u:
             no_pack.add(u.var)
             continue
@@ -534,6 +537,9 @@ def lower_program(program: Expr, mode: str = "sparse"):
             results.append(name)
             if ext:
                 copies.add(name)
+    # intermediates read only at their own loop's point become locals (contract.py)
+    body, gone = fuse_and_contract(body, lw.allocs, set(results), lw.local)
+    lw.allocs = [a for a in lw.allocs if a.name not in gone]
     args = [lw.scope0.symmap[s] for s in lw.sizes]
     inputs = []
     for (v, path), (name, ext) in lw.leaves.items():
@@ -595,8 +601,18 @@ def fused_program(expr: Expr) -> Expr:
     binds, out = split_program(expr)
     binds, out = resolve_aliases(binds, out)
     base = Lowerer(expr, "sparse").scope0
-    binds = fuse(binds, [o for o in out_vars(out) if isinstance(o, Var)], base)
+    binds, _ = _fuse(binds, out_vars(out), base)
     return make_lets(binds, out)
+
+
+def _fuse(binds, outs, base):
+    """(fused bindings, {D: ScatterPlan}): the reductions of an intermediate
+    that scatter.py accumulates from its producer's loops stay bindings."""
+    keep = [o for o in outs if isinstance(o, Var)]
+    pre = scatter_plans(binds, keep)
+    keep += [p.x for p in pre.values()] + list(pre)
+    fused = fuse(binds, keep, base)
+    return fused, scatter_plans(fused, [o for o in outs if isinstance(o, Var)])
 
 
 def _out_spec(out, outs):

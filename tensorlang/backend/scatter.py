@@ -1,0 +1,143 @@
+"""Reductions of an intermediate, turned into accumulations in its producer's loops (paper Sections 4.3, 5.4).
+
+An adjoint often builds an intermediate ``X = gen[y..] s`` (n x n for the
+n-body gradient: one vector per pair) and then reduces it along different
+axes: ``D1 = gen[l,m] sum[i] [i<l]·X[i,l,m]·(-1)`` (column sums) and
+``D2 = gen[l,m] sum[j] [l<j]·X[l,j,m]`` (row sums).  Gathering, each consumer
+needs all of ``X``, so ``X`` is materialised (issue #13 item 2: +855 MB at
+n = 4000).  Here each such consumer ``D = gen[h] sum[r] [p]·M`` whose one
+access of ``X`` is ``X[σ(h, r)]`` with ``σ`` a permutation of its own
+indices (a bijection from D's box onto X's box) is computed instead by
+running over X's points ``y`` and adding ``M[(h, r) := σ⁻¹(y)]`` into
+``D[h(σ⁻¹(y))]``.  The terms added are exactly those of the gather, once
+each (the cost model's count is unchanged); only their summation order
+differs.  The loop runs where X's bracket and p hold, so ``X`` must be a
+factor of ``M`` (``M`` is zero wherever ``X`` is).  Each such loop reads
+``X`` at its own point only, so :mod:`.contract` fuses it with X's loop and
+replaces ``X`` by a per-iteration local: no n x n temporary remains.
+
+Scatter loops write shared elements: they are never run in parallel.
+"""
+
+from __future__ import annotations
+
+from ..ir import Access, Add, Call, Gen, Iverson, Let, Mul, Proj, Rel, SparseVar, Sum, Var, accesses, conj, free_vars, gens, subst, sums, walk
+from . import kir as K
+from .domains import aff_expr
+from .hoist import hoist, occurrences, split_bracket
+from .loopir import Alloc, Store
+
+
+class ScatterPlan:
+    """``D`` computed by accumulating into it from X's loops."""
+
+    def __init__(self, x, x_binds, x_pred, d_binds, pred, value):
+        self.x = x  # the reduced intermediate (a let Var)
+        self.x_binds = x_binds  # X's gen binders [(IndexVar, extent)]
+        self.x_pred = x_pred  # X's hoisted bracket (in X's indices)
+        self.d_binds = d_binds  # D's gen binders, renamed to X's indices
+        self.pred = pred  # D's bracket, in X's indices
+        self.value = value  # the term added at X's point y, in X's indices
+
+
+def _factors(e):
+    if isinstance(e, Mul):
+        return _factors(e.lhs) + _factors(e.rhs)
+    return [e]
+
+
+def _occurrences_of(e, x) -> int:
+    """Occurrences (tree paths, not DAG nodes) of the variable ``x`` in ``e``."""
+    if x not in free_vars(e):
+        return 0
+    match e:
+        case Var():
+            return 1
+        case Access(arr=a):
+            return _occurrences_of(a, x)
+        case Gen(body=b) | Sum(body=b) | Iverson(body=b) | Proj(arg=b):
+            return _occurrences_of(b, x)
+        case Add(lhs=a, rhs=b) | Mul(lhs=a, rhs=b):
+            return _occurrences_of(a, x) + _occurrences_of(b, x)
+        case Call(args=args):
+            return sum(_occurrences_of(a, x) for a in args)
+        case Let(value=a, body=b):
+            return _occurrences_of(a, x) + _occurrences_of(b, x)
+        case _:
+            return 2  # unknown: never scatter
+
+
+def _plain(e) -> bool:
+    """No relation and no sparse tensor (their loops are driven by CSR data)."""
+    return not any(isinstance(n, (Rel, SparseVar)) for n in walk(e))
+
+
+def _plan(x, x_rhs, d_rhs):
+    """The ScatterPlan of ``D = d_rhs`` reducing ``X = x_rhs``, or None."""
+    xg, xbody = gens(x_rhs)
+    dg, dbody = gens(d_rhs)
+    if not xg or not dg or not _plain(x_rhs) or not _plain(d_rhs):
+        return None
+    p0, b1 = split_bracket(hoist(dbody))
+    rb, inner = sums(b1)
+    if not rb:
+        return None
+    p1, m = split_bracket(hoist(inner))
+    hits = [f for f in _factors(m) if isinstance(f, Access) and accesses(f)[0] is x]
+    if len(hits) != 1 or _occurrences_of(m, x) != 1 or x in free_vars(p0) or x in free_vars(p1):
+        return None
+    _, idx = accesses(hits[0])
+    own = dict(dg + rb)
+    if len(idx) != len(xg) or len(own) != len(idx):
+        return None
+    sigma = {}
+    for a, (y, n) in zip(idx, xg):
+        if a.const != 0 or len(a.terms) != 1 or a.terms[0][1] != 1:
+            return None
+        v = a.terms[0][0]
+        if v not in own or v in sigma or own[v] is not n:  # nodes are hash-consed
+            return None
+        sigma[v] = y
+    px, _ = split_bracket(hoist(xbody))
+    d_binds = [(sigma[v], n) for v, n in dg]
+    return ScatterPlan(x, xg, px, d_binds, subst(conj(p0, p1), idx=sigma), subst(m, idx=sigma))
+
+
+def scatter_plans(binds, outs) -> dict:
+    """``{D: ScatterPlan}`` for the bindings that reduce an intermediate X
+    used by nothing else (every use of X one of these reductions)."""
+    outset = set(outs)
+    plans: dict = {}
+    for k, (x, rhs) in enumerate(binds):
+        if x in outset or not gens(rhs)[0]:
+            continue
+        users = [(d, r) for d, r in binds[k + 1:] if x in free_vars(r)]
+        if not users:
+            continue
+        got = {d: _plan(x, rhs, r) for d, r in users}
+        if all(p is not None for p in got.values()):
+            plans.update(got)
+    return plans
+
+
+def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
+    """``D`` zeroed, then one loop over X's points adding each term into it."""
+    name = lw.names.new("array")
+    ext = [n for _, n in plan.d_binds]
+    alloc = Alloc(name, tuple(aff_expr(n, lw.scope0) for n in ext), True, role, d.name, role == "temporary")
+    lw.allocs.append(alloc)
+    lw.arrays[d] = (name, tuple(ext))
+    lw.shared = occurrences(plan.value)
+    lw.cse, lw._keep = {}, []
+    pos = {y: k for k, (y, _) in enumerate(plan.x_binds)}
+
+    def emit(sc, dims):
+        st, code = lw.scalar(plan.value, sc)
+        at = tuple(K.Name(dims[pos[y]]) for y, _ in plan.d_binds)
+        return st + [Store(name, at, K.sum_of([K.Load(name, at), code]))]
+
+    stmts, _ = lw.block(plan.x_binds, conj(plan.x_pred, plan.pred), lw.scope0, emit, "scatter")
+    return [alloc] + stmts
+
+
+__all__ = ["ScatterPlan", "scatter_plans", "scatter_binding"]
