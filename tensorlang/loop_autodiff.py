@@ -104,14 +104,30 @@ class _Reverse:
         self.body_vjp = vjp_part(sp.body, [sp.state] + xs, self.dstate) if lp.body is not None else (None, [])
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
 
-    def _reverse_driver(self):
-        if not hasattr(self, "_rdrv"):
-            from .backend.loop_kernel import ReverseDriver
+    def _reverse_program(self):
+        """The body adjoint's step kernel with ``rev_prog`` (backend/loop_kernel.py), or None."""
+        if not hasattr(self, "_rprog"):
+            from .backend.loop_kernel import reverse_program
 
             part, wrt = self.body_vjp
             ok = part not in (None, "identity") and wrt[0] is self.lp.sp.state
-            self._rdrv = ReverseDriver.build(part, self.lp.sp, wrt, self.dstate) if ok else None
-        return self._rdrv
+            fwd = self.lp.step_program() if ok else None
+            self._rprog = reverse_program(part, fwd, self.lp.sp, wrt, self.dstate) if fwd is not None else None
+        return self._rprog
+
+    def _buffers(self, shape):
+        """The checkpoint slots and the two scratch states: one float64 array,
+        kept per thread for the next call of the same shape (fresh memory costs
+        page faults comparable to the sweep's arithmetic)."""
+        import threading
+
+        if not hasattr(self, "_pool"):
+            self._pool = threading.local()
+        got = getattr(self._pool, "bufs", None)
+        if got is None or got.shape != shape:
+            self._pool.bufs = None  # the old buffer goes first
+            got = self._pool.bufs = np.empty(shape)
+        return got
 
     @staticmethod
     def _run(part_wrt, values, sizes, cot_name, cot):
@@ -122,6 +138,61 @@ class _Reverse:
             return {wrt[0].name: cot}
         values[cot_name] = cot
         return dict(zip((w.name for w in wrt), _unpack(part(values, sizes), len(wrt))))
+
+    def _sweeps(self, values, sizes, s0, policy, sch, T, finish, acc):
+        """(value, the initial state's cotangent) with both sweeps in Numba
+        (``fwd_prog`` up to the final state, ``rev_prog`` after it, over the
+        schedule's table), or None where the step programs do not apply."""
+        from .backend import loop_kernel as LK
+
+        lp, sp = self.lp, self.lp.sp
+        got = lp.table_args(values, sizes, s0) if T >= LK.DRIVER_MIN_STEPS else None
+        rp = self._reverse_program() if got is not None else None
+        if rp is None:
+            return None
+        s0c, fargs = got
+        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: s0c, self.dstate: s0c}, sizes, LK.t_name(sp))
+        if rargs is None:
+            return None
+        fcode, rcode, final = _tables(policy, T, sch)
+        bufs = self._buffers((sch.slots + 2,) + s0c.shape)
+        lp.step_program().module.fwd_prog(fcode, s0c, bufs, *fargs)
+        value, ds = finish(bufs[final].copy())  # (the buffers are reused: the value must not be one)
+        ds = np.array(ds, dtype=np.float64, order="C")  # carried and overwritten: a private copy
+        xs_ = rdrv_xs(self)
+        # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
+        accs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
+        accs = [np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a) for a in accs]
+        out = rp.module.rev_prog(rcode, s0c, bufs, ds, np.empty_like(ds), *accs, *fargs, *rargs)
+        for x, a in zip(xs_, out[1:]):
+            acc[x.name] = float(a) if np.ndim(a) == 0 else a
+        return value, out[0]
+
+    def _steps(self, values, sizes, s0, sch, finish, add):
+        """(value, the initial state's cotangent): the schedule's actions one
+        by one from Python, each step a validated call."""
+        lp, sp = self.lp, self.lp.sp
+        slots: dict = {}
+        cur, ds, value = s0, None, None
+        for a in sch.actions:
+            op = a[0]
+            if op == "advance":
+                cur = lp.advance(values, sizes, cur, a[1], a[2])
+            elif op == "store":
+                slots[a[1]] = cur  # kernels return fresh arrays: no copy needed
+            elif op == "restore":
+                cur = slots[a[1]]
+            elif op == "final":
+                value, ds = finish(cur)
+            else:  # reverse step t at state cur
+                t = a[1]
+                values[sp.state.name] = cur
+                sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
+                got = self._run(self.body_vjp, values, sz, self.dstate, ds)
+                nds = got.pop(sp.state.name, None)
+                add(got)
+                ds = nds if nds is not None else _tzeros(sp.state.type, sizes)
+        return value, ds
 
     def __call__(self, inputs: dict, cot, policy=None):
         """(value, cotangents of xs) for the output cotangent ``cot``."""
@@ -147,70 +218,15 @@ class _Reverse:
 
         s0 = lp.pre(values, sizes)
         policy = sp.checkpoint if policy is None else policy
-        ds = None
         if T == 0:
-            sT = s0
+            value, ds = finish(s0)
         else:
             sch = schedule(policy, T)
-            acts = sch.actions
-            # float64 tensor states live in one preallocated checkpoint buffer,
-            # and runs of steps go to the Numba drivers (backend/loop_kernel.py)
-            fast = isinstance(s0, np.ndarray) and s0.dtype == np.float64 and s0.ndim > 0
-            slots = np.empty((sch.slots,) + s0.shape) if fast else {}
-            from .backend import loop_kernel
-
-            fast = fast and T >= loop_kernel.DRIVER_MIN_STEPS
-            fwd = lp.driver() if fast else None
-            rdrv = self._reverse_driver() if fast else None
-            cur = s0
-            sT = None
-            i = 0
-            while i < len(acts):
-                a = acts[i]
-                op = a[0]
-                if op == "store" and fwd is not None:
-                    m = _run_length(acts, i, lambda q: (("store", a[1] + q, a[2] + q), ("advance", a[2] + q, a[2] + q + 1)))
-                    if m >= 2:
-                        values[sp.state.name] = cur
-                        got = fwd.run(values, sizes, a[2], a[2] + m, slots, a[1])
-                        if got is not None:
-                            cur = got
-                            i += 2 * m
-                            continue
-                if op == "restore" and rdrv is not None and ds is not None:
-                    m = _run_length(acts, i, lambda q: (("restore",) + acts[i + 2 * q][1:], ("reverse", acts[i + 2 * q][2])))
-                    if m >= 2:
-                        ts = [acts[i + 2 * q + 1][1] for q in range(m)]
-                        sl = [acts[i + 2 * q][1] for q in range(m)]
-                        # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
-                        xs_ = rdrv_xs(self)
-                        zs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
-                        got = rdrv.run(values, sizes, ts, sl, slots, ds, zs)
-                        if got is not None:
-                            ds = got[0]
-                            acc.update(zip((x.name for x in xs_), got[1]))
-                            i += 2 * m
-                            continue
-                i += 1
-                if op == "advance":
-                    cur = lp.advance(values, sizes, cur, a[1], a[2])
-                elif op == "store":
-                    slots[a[1]] = cur  # a copy into the buffer, or (dict) the kernel's fresh array
-                elif op == "restore":
-                    cur = slots[a[1]]
-                elif op == "final":
-                    sT = cur
-                    value, ds = finish(sT)
-                else:  # reverse step t at state cur
-                    t = a[1]
-                    values[sp.state.name] = cur
-                    sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
-                    got = self._run(self.body_vjp, values, sz, self.dstate, ds)
-                    nds = got.pop(sp.state.name, None)
-                    add(got)
-                    ds = nds if nds is not None else _tzeros(sp.state.type, sizes)
-        if T == 0:
-            value, ds = finish(sT)
+            got = self._sweeps(values, sizes, s0, policy, sch, T, finish, acc)
+            if got is None:
+                value, ds = self._steps(values, sizes, s0, sch, finish, add)
+            else:
+                value, ds = got
         add(self._run(self.pre_vjp, values, sizes, self.dstate, ds))
         out = []
         for x in self.xs:
@@ -255,23 +271,25 @@ def _program(expr, stage, mode):
     return LoopProgram(expr, stage, mode, tl_compile)
 
 
+_TABLES: dict = {}
+
+
+def _tables(policy, T: int, sch):
+    """``loop_kernel.compile_schedule`` of a policy at ``T`` steps, remembered (a few entries)."""
+    from .backend.loop_kernel import compile_schedule
+
+    key = (policy, T)
+    got = _TABLES.get(key)
+    if got is None:
+        if len(_TABLES) > 32:
+            _TABLES.clear()
+        got = _TABLES[key] = compile_schedule(sch, T)
+    return got
+
+
 def rdrv_xs(rev: _Reverse) -> list:
     """The inputs whose cotangents the body's adjoint returns after the state's."""
     return rev.body_vjp[1][1:]
-
-
-def _run_length(acts: list, i: int, pattern) -> int:
-    """How many consecutive action pairs from ``i`` equal ``pattern(q)``, q = 0, 1, …"""
-    m = 0
-    while i + 2 * m + 1 < len(acts):
-        try:
-            want = pattern(m)
-        except (IndexError, TypeError):
-            break
-        if acts[i + 2 * m] != want[0] or acts[i + 2 * m + 1] != want[1]:
-            break
-        m += 1
-    return m
 
 
 def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):

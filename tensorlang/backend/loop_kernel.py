@@ -5,15 +5,15 @@ and ``post``; each is compiled to its own kernel by ``tl.compile``, and the
 body's kernel runs ``T`` times with ``T`` a runtime value, so the kernels'
 size and compile time do not depend on ``T``.
 
-The steps run in one Numba driver per body kernel (:class:`Driver`):
-``for t in range(t0, t1): s = body(sizes…, inputs…, s)`` compiled with
-``njit`` around the body's own ``njit`` kernel (Numba calls one from the
-other without leaving machine code), ``T`` and ``t`` runtime arguments.
-The first step goes through the kernel's validated call (names, shapes,
-sizes, finiteness of the inputs); the driver then repeats the same call.
-Where the driver does not apply (a pair-valued state, float32 inputs,
-relation data, a kernel whose proof needs positive sizes) the steps run
-as validated calls from Python, one per step, with the same results.
+A whole sweep runs in one Numba call (section "Step programs" below): the
+checkpoint schedule becomes a table of instructions, run by a loop compiled
+next to a variant of the body's kernel that writes into a buffer it is
+given, so the state is double-buffered and no step allocates or returns to
+Python.  The inputs are validated once (names, shapes, sizes, finiteness).
+Where this does not apply (a scalar or pair-valued state, float32 inputs,
+relation data, a kernel whose proof needs positive sizes, runs shorter than
+``DRIVER_MIN_STEPS``) the steps run as validated calls from Python, one per
+step, with the same operations.
 """
 
 from __future__ import annotations
@@ -93,109 +93,303 @@ class LoopProgram:
         return part(values, sizes)
 
     def advance(self, values: dict, sizes: dict, s, t0: int, t1: int):
-        """The state after steps ``t0 … t1-1`` from ``s`` (``s_t0``)."""
-        if t1 <= t0:
-            return s
-        s = self._step(self.body, values, sizes, s, t0)  # validated
-        if t1 == t0 + 1:
-            return s
-        drv = self.driver() if t1 - t0 - 1 >= DRIVER_MIN_STEPS else None
-        if drv is not None:
-            values[self.sp.state.name] = s
-            got = drv.run(values, sizes, t0 + 1, t1)
-            if got is not None:
-                return got
-        for t in range(t0 + 1, t1):
+        """The state after steps ``t0 … t1-1`` from ``s`` (``s_t0``), one validated call per step."""
+        for t in range(t0, t1):
             s = self._step(self.body, values, sizes, s, t)
         return s
 
-    def driver(self):
-        if not hasattr(self, "_driver"):
-            self._driver = Driver.build(self.body, self.sp)
-        return self._driver
+    def step_program(self):
+        """The body's :class:`StepKernel` with ``fwd_prog``, or None (built once)."""
+        if not hasattr(self, "_steps"):
+            self._steps = None if self.body is None else forward_program(self.body, self.sp)
+        return self._steps
+
+    def table_args(self, values: dict, sizes: dict, s0):
+        """``(s0 as float64, the body kernel's arguments)`` for a step program,
+        or None where it does not apply (a short run, float32, a scalar or
+        pair state, sizes a proof needs positive).  The inputs' finiteness is
+        checked here, as the first validated call would."""
+        from .dispatch import check_finite, finite_checks
+
+        fp = self.step_program()
+        if fp is None or not isinstance(s0, np.ndarray) or s0.ndim == 0 or s0.dtype != np.float64:
+            return None
+        vals = {**values, self.sp.state.name: s0}
+        args = kernel_args(fp.base, vals, sizes, t_name(self.sp))
+        if args is None:
+            return None
+        check_finite(vals, finite_checks(self.sp.body, vals))
+        return np.ascontiguousarray(s0), args
 
     def forward(self, inputs: dict):
         sizes = self.sizes(inputs)
         values = dict(inputs)
-        s = self.advance(values, sizes, self.pre(values, sizes), 0, self.steps(sizes))
+        s0 = self.pre(values, sizes)
+        T = self.steps(sizes)
+        got = self.table_args(values, sizes, s0) if T >= DRIVER_MIN_STEPS else None
+        if got is not None:
+            # the whole run in one Numba call, alternating between two buffers
+            s0c, args = got
+            code, loc = forward_table(T)
+            bufs = np.empty((2,) + s0c.shape)
+            self.step_program().module.fwd_prog(code, s0c, bufs, *args)
+            s = bufs[loc]
+        else:
+            s = self.advance(values, sizes, s0, 0, T)
         values[self.sp.final.name] = s
         return self.post(values, sizes)
 
     __call__ = forward
 
 
-def _jit(var, name: str, src: str):
-    """The driver ``name`` defined by ``src`` (calling ``body``), compiled in one
-    module with the body kernel's own source and kept in the kernel cache
-    (Numba's on-disk cache then holds its machine code: later processes load
-    it instead of compiling).  A float64 variant without a cache key (the
-    plain-Python test kernels) gets no driver."""
-    import hashlib
+# --------------------------------------------------------------------------
+# Step programs: the whole sweep in one Numba call (issue #17 item 3)
+#
+# A schedule (``loops.schedule``) is compiled once per (policy, T) into an
+# int64 table of instructions over numbered state buffers: slots ``0 … S-1``
+# (the checkpoints), two scratch buffers ``S`` and ``S+1``, and ``IN``
+# (-1: the initial state, only read).  ``FWD t src dst``: one step of the
+# body from buffer ``src`` into ``dst``; ``COPY src dst``; ``REV t src``: one
+# adjoint step at the state in ``src``.  The body's kernel writes into the
+# buffer it is given (:func:`out_buffer_ir`), so no step allocates: the
+# primal alternates between the two scratch buffers, and a step whose result
+# is stored next writes straight into its checkpoint slot (``"all"`` stores
+# without a copy).  The table is run by ``fwd_prog`` / ``rev_prog``, loops
+# generated next to the body's and the adjoint's kernels: no Python per step.
 
-    from . import cache as _cache
+IN = -1
+FWD, COPY, REV = 0, 1, 2
+STEP_VERSION = "s4-steps-1"  # in the step modules' cache keys
 
-    if var.key is None:
+
+def compile_schedule(sch, T: int):
+    """``(forward table, reverse table, buffer of s_T)`` of a ``loops.Schedule``
+    (comment above); the tables are ``(m, 4)`` int64 arrays ``op, t, src, dst``."""
+    S = sch.slots
+    X, Y = S, S + 1
+    fwd: list = []
+    code = fwd
+    cur = IN
+    final = None
+    for a in sch.actions:
+        op = a[0]
+        if op == "store":
+            slot = a[1]
+            if cur == slot:
+                continue
+            last = code[-1] if code else None
+            if last is not None and last[0] == FWD and last[3] == cur and cur in (X, Y) and last[2] != slot:
+                last[3] = slot  # the step writes its result straight into the slot
+            else:
+                code.append([COPY, -1, cur, slot])
+            cur = slot
+        elif op == "restore":
+            cur = a[1]
+        elif op == "advance":
+            for t in range(a[1], a[2]):
+                dst = Y if cur == X else X
+                code.append([FWD, t, cur, dst])
+                cur = dst
+        elif op == "final":
+            final = cur
+            code = []
+            rev = code
+        else:
+            code.append([REV, a[1], cur, -1])
+    if final is None:
+        raise AssertionError("internal: a schedule without its final action")
+    tables = tuple(np.array(c, dtype=np.int64).reshape(-1, 4) for c in (fwd, rev))
+    return tables[0], tables[1], final
+
+
+def forward_table(T: int):
+    """The primal's table: ``T`` steps from ``IN`` alternating between the scratch buffers 0 and 1."""
+    code = np.empty((T, 4), dtype=np.int64)
+    cur = IN
+    for t in range(T):
+        dst = 1 if cur == 0 else 0
+        code[t] = (FWD, t, cur, dst)
+        cur = dst
+    return code, cur
+
+
+def out_buffer_ir(ir, leaves):
+    """``ir`` with the array results ``leaves`` (result positions) written into
+    caller-given buffers (pooled allocations, arguments after the others),
+    and their argument names; None when one of them is not a kernel-allocated
+    array at top level (an input returned as a copy, a packed output)."""
+    from dataclasses import replace
+
+    from .loopir import Alloc
+
+    names = []
+    for k in leaves:
+        r = ir.results[k]
+        if not isinstance(r, str) or r in ir.copies:
+            return None
+        names.append(r)
+    top = {s.name: s for s in ir.body if isinstance(s, Alloc)}
+    if any(nm not in top or top[nm].role != "output" or top[nm].pooled for nm in names):
         return None
-    key = hashlib.sha256(f"{var.key}|loop-driver|{src}".encode()).hexdigest()[:40]
-    got = _cache.load(key)
-    if got is None:
-        text = (var.source + "\n\n# -- loop driver (tensorlang.backend.loop_kernel) --\nbody = kernel_serial\n\n"
-                "@numba.njit(**_OPTS)\n" + src)
-        mod = _cache.store(key, text, var.spec)
-    else:
-        mod = got[0]
-    return getattr(mod, name)
+    swap = {nm: replace(top[nm], pooled=True) for nm in names}
+    body = [swap.get(s.name, s) if isinstance(s, Alloc) else s for s in ir.body]
+    allocs = [swap.get(a.name, a) for a in ir.allocs]
+    return replace(ir, args=list(ir.args) + names, allocs=allocs, body=body), names
 
 
-class Driver:
-    """A Numba ``for t in range(t0, t1)`` loop around a body kernel (module doc)."""
+def _dims(t) -> list:
+    out = []
+    while isinstance(t, TensorT):
+        out.append([[[s.name, c] for s, c in t.extent.terms], t.extent.const])
+        t = t.elem
+    return out
 
-    def __init__(self, fn, spec, state: str, t_size: str | None):
-        self.fn, self.spec, self.state, self.t_size = fn, spec, state, t_size
+
+def _call(spec, names: dict, t_size, outs, prefix: str = "z"):
+    """``(parameters, call arguments)`` of a step kernel's call from a step
+    program: ``<prefix><k>`` for the arguments passed in (``spec``: the
+    kernel's own, without the output buffers), ``names`` replacing inputs by
+    name, ``t + 1`` for ``t_size``, then the output buffers ``outs``."""
+    nsz = len(spec["sizes"])
+    params = [f"{prefix}{k}" for k in range(nsz + len(spec["inputs"]) + len(spec.get("temporaries", [])))]
+    args = list(params)
+    for k, nm in enumerate(spec["sizes"]):
+        if nm == t_size:
+            args[k] = "t + 1"  # loops.t_value
+    for k, (nm, _, _) in enumerate(spec["inputs"]):
+        if nm in names:
+            args[nsz + k] = names[nm]
+    return params, args + list(outs)
+
+
+class StepKernel:
+    """A compiled part's float64 kernel writing its array results ``leaves``
+    into caller-given buffers, in its own cache entry together with the loop
+    that runs an instruction table (``fwd_prog`` or ``rev_prog``)."""
+
+    def __init__(self, module, key: str, base: dict):
+        self.module, self.key, self.base = module, key, base  # base: the kernel's own spec (no buffers)
 
     @classmethod
-    def build(cls, part: Part, sp: Split):
-        k = part.fn  # an api.Kernel (not imported: api imports this module)
-        if not hasattr(k, "variant") or k.python or not isinstance(sp.state.type, TensorT):
+    def build(cls, kernel, leaves, out_types, prog_src, imports: str = ""):
+        import hashlib
+
+        from . import cache as _cache
+        from .codegen import source
+
+        if not hasattr(kernel, "variant") or kernel.python:
             return None
-        var = k.variant("float64")
+        var = kernel.variant("float64")
         spec = var.spec
-        leaves = [tuple(x) for x in spec["inputs"]]
-        if (spec["relations"] or spec.get("dense_relations") or spec["outputs"] != ["leaf", 0]
-                or (sp.state.name, (), _rank(sp.state.type)) not in [(a, tuple(b), c) for a, b, c in leaves]
-                or any(a == sp.state.name and tuple(b) != () for a, b, _ in leaves)):
+        if (var.key is None or spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
+                or spec.get("sparse_outputs") or spec.get("relation_orders")):
             return None
-        args = [f"z{k}" for k in range(len(spec["sizes"]) + len(leaves) + len(spec.get("temporaries", [])))]
-        call = list(args)
-        for k, name in enumerate(spec["sizes"]):
-            if t_name(sp) == name:
-                call[k] = "t + 1"  # loops.t_value
-        for k, (name, _, _) in enumerate(leaves):
-            if name == sp.state.name:
-                call[len(spec["sizes"]) + k] = "s"
-        # one function for both sweeps (one Numba compilation): with store,
-        # s_t goes to buf[slot0 + t - t0] before each step (the "all" sweep)
-        src = (f"def drive(t0, t1, s, store, buf, slot0, {', '.join(args)}):\n"
-               f"    for t in range(t0, t1):\n"
-               f"        if store:\n"
-               f"            buf[slot0 + t - t0] = s\n"
-               f"        s = body({', '.join(call)})[0]\n"
-               f"    return s\n")
-        fn = _jit(var, "drive", src)
-        return None if fn is None else cls(fn, spec, sp.state.name, t_name(sp))
-
-    def run(self, values: dict, sizes: dict, t0: int, t1: int, buf=None, slot0: int = 0):
-        """``s_t1`` from ``values[state] = s_t0``, or None where the driver does not apply;
-        with ``buf``, ``s_t`` is also stored in ``buf[slot0 + t - t0]``."""
-        args = kernel_args(self.spec, values, sizes, self.t_size)
-        if args is None:
+        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{leaves}|{imports}|{prog_src}".encode()).hexdigest()[:40]
+        got = _cache.load(key)
+        if got is not None:
+            return None if got[1].get("loop_out_buffers") is None else cls(got[0], key, spec)
+        ir, _ = kernel.lowered()
+        made = out_buffer_ir(ir, leaves)
+        spec2 = dict(spec)
+        if made is None:  # remembered: this kernel has no step form
+            spec2["loop_out_buffers"] = None
+            _cache.store(key, source(ir, "float64"), spec2)
             return None
-        state = args[len(self.spec["sizes"]) + [n for n, _, _ in self.spec["inputs"]].index(self.state)]
-        store = buf is not None
-        if not store:
-            buf = np.empty((1,) + state.shape)  # not written (the same compiled signature)
-        return self.fn(np.int64(t0), np.int64(t1), state, store, buf, np.int64(slot0), *args)
+        ir2, names = made
+        spec2["temporaries"] = list(spec.get("temporaries", [])) + [[nm, _dims(t)] for nm, t in zip(names, out_types)]
+        spec2["loop_out_buffers"] = list(leaves)
+        text = (source(ir2, "float64") + imports + "\n# -- step program (tensorlang.backend.loop_kernel) --\n"
+                "@numba.njit(**_OPTS)\n" + prog_src)
+        return cls(_cache.store(key, text, spec2), key, spec)
 
+
+def forward_program(part: Part, sp: Split):
+    """The body's step kernel with ``fwd_prog(code, s0, bufs, z…)`` (the
+    table's FWD and COPY instructions), or None where it does not apply (a
+    pair or scalar state, relations)."""
+    if not isinstance(sp.state.type, TensorT) or part is None or part.var is not None:
+        return None
+    k = part.fn
+    if not hasattr(k, "variant") or k.python:
+        return None
+    spec = k.variant("float64").spec
+    if spec["outputs"] != ["leaf", 0] or [n for n, _, _ in spec["inputs"]].count(sp.state.name) != 1:
+        return None
+    if any(n == sp.state.name and tuple(p) != () for n, p, _ in spec["inputs"]):
+        return None
+    zs, call = _call(spec, {sp.state.name: "a"}, t_name(sp), ["bufs[dst]"])
+    src = (f"def fwd_prog(code, s0, bufs, {', '.join(zs)}):\n"
+           "    for q in range(code.shape[0]):\n"
+           "        t = code[q, 1]\n"
+           "        src = code[q, 2]\n"
+           "        dst = code[q, 3]\n"
+           "        if src < 0:\n"
+           "            a = s0\n"
+           "        else:\n"
+           "            a = bufs[src]\n"
+           f"        if code[q, 0] == {FWD}:\n"
+           f"            kernel_serial({', '.join(call)})\n"
+           "        else:\n"
+           "            b = bufs[dst]\n"
+           "            b[...] = a\n"
+           "    return 0\n")
+    return StepKernel.build(k, [0], [sp.state.type], src)
+
+
+def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
+    """The body adjoint's step kernel (its state cotangent written into a
+    buffer) with ``rev_prog(code, s0, bufs, ds, dsb, accs…, zf…, za…)``
+    running FWD, COPY and REV instructions (the body's steps through
+    ``fwd``'s module), or None.  ``wrt``: the adjoint's inputs in output
+    order, the state first; the inputs' cotangents accumulate in order
+    ``t = T-1 … 0`` (``acc = acc + step``), the state's is carried."""
+    if fwd is None or part is None or part in ("identity",) or not hasattr(part.fn, "variant") or part.fn.python:
+        return None
+    spec = part.fn.variant("float64").spec
+    names = [n for n, _, _ in spec["inputs"]]
+    for nm in (sp.state.name, dstate):
+        if names.count(nm) != 1 or tuple(spec["inputs"][names.index(nm)][1]) != ():
+            return None
+    outs, tree = [], spec["outputs"]  # (E_state, (E_x1, …)), every E one leaf
+    for j in range(len(wrt)):
+        node = tree if j == len(wrt) - 1 else tree[1]
+        if node[0] != "leaf":
+            return None
+        outs.append(node[1])
+        if j < len(wrt) - 1:
+            tree = tree[2]
+    accs = [f"acc{j}" for j in range(1, len(wrt))]
+    zf, fcall = _call(fwd.base, {sp.state.name: "a"}, t_name(sp), ["bufs[dst]"], prefix="f")
+    za, acall = _call(spec, {sp.state.name: "a", dstate: "ds"}, t_name(sp), ["dsb"])
+    lines = [f"def rev_prog(code, s0, bufs, ds, dsb, {''.join(a + ', ' for a in accs)}{', '.join(zf + za)}):",
+             "    for q in range(code.shape[0]):",
+             "        op = code[q, 0]",
+             "        t = code[q, 1]",
+             "        src = code[q, 2]",
+             "        dst = code[q, 3]",
+             "        if src < 0:",
+             "            a = s0",
+             "        else:",
+             "            a = bufs[src]",
+             f"        if op == {FWD}:",
+             f"            _body_step({', '.join(fcall)})",
+             f"        elif op == {COPY}:",
+             "            b = bufs[dst]",
+             "            b[...] = a",
+             "        else:",
+             f"            res = kernel_serial({', '.join(acall)})"]
+    # in place for arrays (the caller's private accumulators): acc + step, as added before
+    lines += [f"            {a} += res[{outs[j]}]" for j, a in enumerate(accs, start=1)]
+    lines += [f"            nds = res[{outs[0]}]",  # dsb (written), or a fresh copy
+              "            dsb = ds",
+              "            ds = nds",
+              "    return (ds," + "".join(" " + a + "," for a in accs) + ")"]
+    imports = ("\nfrom tensorlang.backend import cache as _loop_cache\n"
+               f"_body_entry = _loop_cache.load({fwd.key!r})\n"
+               "if _body_entry is None:\n"
+               "    raise ImportError('the loop body step kernel is not in the cache')\n"
+               "_body_step = _body_entry[0].kernel_serial\n")
+    return StepKernel.build(part.fn, [outs[0]], [sp.state.type], "\n".join(lines) + "\n", imports)
 
 def kernel_args(spec, values: dict, sizes: dict, t_size):
     """The float64 kernel's arguments (``api.Kernel._run``'s order), or None
@@ -215,70 +409,6 @@ def kernel_args(spec, values: dict, sizes: dict, t_size):
         shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
         args.append(np.empty(shape, dtype=np.float64))
     return args
-
-
-class ReverseDriver:
-    """A Numba loop over reverse steps: for each ``(t, slot)``, the body's
-    adjoint kernel at the state ``buf[slot]`` and the cotangent ``ds``; the
-    state's cotangent is carried, the inputs' cotangents accumulate."""
-
-    def __init__(self, fn, spec, names):
-        self.fn, self.spec, self.names = fn, spec, names
-
-    @classmethod
-    def build(cls, part: Part, sp: Split, wrt: list, dstate: str):
-        """``wrt``: the adjoint's inputs in output order, the state first."""
-        k = part.fn
-        if not hasattr(k, "variant") or k.python or not isinstance(sp.state.type, TensorT):
-            return None
-        var = k.variant("float64")
-        spec = var.spec
-        leaves = [(a, tuple(b), c) for a, b, c in spec["inputs"]]
-        if spec["relations"] or spec.get("dense_relations"):
-            return None
-        # outputs: (E_state, (E_x1, ...)) with every E one leaf
-        outs, tree = [], spec["outputs"]
-        for j in range(len(wrt)):
-            node = tree if j == len(wrt) - 1 else tree[1]
-            if node[0] != "leaf":
-                return None
-            outs.append(node[1])
-            if j < len(wrt) - 1:
-                tree = tree[2]
-        names = [n for n, _, _ in leaves]
-        for n in (sp.state.name, dstate):
-            if names.count(n) != 1 or leaves[names.index(n)][1] != ():
-                return None
-        args = [f"z{q}" for q in range(len(spec["sizes"]) + len(leaves) + len(spec.get("temporaries", [])))]
-        call = list(args)
-        for q, name in enumerate(spec["sizes"]):
-            if t_name(sp) == name:
-                call[q] = "t + 1"  # loops.t_value
-        call[len(spec["sizes"]) + names.index(sp.state.name)] = "buf[slots[q]]"
-        call[len(spec["sizes"]) + names.index(dstate)] = "ds"
-        accs = [f"a{j}" for j in range(1, len(wrt))]
-        lines = [f"def rev(ts, slots, buf, ds, {''.join(a + ', ' for a in accs)}{', '.join(args)}):",
-                 "    for q in range(ts.shape[0]):",
-                 "        t = ts[q]",
-                 f"        res = body({', '.join(call)})"]
-        for j, a in enumerate(accs, start=1):
-            lines.append(f"        {a} = {a} + res[{outs[j]}]")
-        lines.append(f"        ds = res[{outs[0]}]")
-        lines.append("    return (ds," + "".join(" " + a + "," for a in accs) + ")")
-        fn = _jit(var, "rev", "\n".join(lines) + "\n")
-        return None if fn is None else cls(fn, spec, (sp.state.name, dstate, t_name(sp)))
-
-    def run(self, values: dict, sizes: dict, ts, slots, buf, ds, accs):
-        """(ds, accs) after the reverse steps ``ts`` (states ``buf[slots]``), or None."""
-        state, dstate, t_size = self.names
-        vals = {**values, state: buf[0], dstate: ds}
-        args = kernel_args(self.spec, vals, sizes, t_size)
-        if args is None or any(not isinstance(a, (float, np.ndarray)) for a in accs):
-            return None
-        accs = [a.copy() if isinstance(a, np.ndarray) else np.float64(a) for a in accs]
-        got = self.fn(np.asarray(ts, np.int64), np.asarray(slots, np.int64), buf,
-                      np.ascontiguousarray(ds, dtype=np.float64), *accs, *args)
-        return got[0], [float(a) if np.ndim(a) == 0 else a for a in got[1:]]
 
 
 def t_name(sp: Split):
