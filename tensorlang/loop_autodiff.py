@@ -115,18 +115,21 @@ class _Reverse:
             self._rprog = reverse_program(part, fwd, self.lp.sp, wrt, self.dstate) if fwd is not None else None
         return self._rprog
 
-    def _buffers(self, shape):
-        """The checkpoint slots and the two scratch states: one float64 array,
-        kept per thread for the next call of the same shape (fresh memory costs
-        page faults comparable to the sweep's arithmetic)."""
+    def _buffers(self, k: int, shape):
+        """State leaf ``k``'s checkpoint slots and two scratch states: one
+        float64 array, kept per thread for the next call of the same shape
+        (fresh memory costs page faults comparable to the sweep's arithmetic)."""
         import threading
 
         if not hasattr(self, "_pool"):
             self._pool = threading.local()
-        got = getattr(self._pool, "bufs", None)
+        pool = getattr(self._pool, "bufs", None)
+        if pool is None:
+            pool = self._pool.bufs = {}
+        got = pool.get(k)
         if got is None or got.shape != shape:
-            self._pool.bufs = None  # the old buffer goes first
-            got = self._pool.bufs = np.empty(shape)
+            pool[k] = None  # the old buffer goes first
+            got = pool[k] = np.empty(shape)
         return got
 
     @staticmethod
@@ -150,23 +153,28 @@ class _Reverse:
         rp = self._reverse_program() if got is not None else None
         if rp is None:
             return None
-        s0c, fargs = got
-        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: s0c, self.dstate: s0c}, sizes, LK.t_name(sp))
+        s0l, fargs = got
+        leaves = LK.state_leaves(sp.state.type)
+        ph = LK.build_value(sp.state.type, list(s0l))  # placeholders: the programs pass their own leaves
+        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, self.dstate: ph}, sizes, LK.t_name(sp))
         if rargs is None:
             return None
         fcode, rcode, final = _tables(policy, T, sch)
-        bufs = self._buffers((sch.slots + 2,) + s0c.shape)
-        lp.step_program().module.fwd_prog(fcode, s0c, bufs, *fargs)
-        value, ds = finish(bufs[final].copy())  # (the buffers are reused: the value must not be one)
-        ds = np.array(ds, dtype=np.float64, order="C")  # carried and overwritten: a private copy
+        bufs = [self._buffers(k, (sch.slots + 2,) + x.shape) for k, x in enumerate(s0l)]
+        lp.step_program().module.fwd_prog(fcode, *s0l, *bufs, *fargs)
+        # (the buffers are reused: the value must not be one)
+        value, ds = finish(LK.build_value(sp.state.type, [b[final].copy() for b in bufs]))
+        # carried and overwritten: private copies
+        dsl = [np.array(LK.leaf(ds, p), dtype=np.float64, order="C") for p, _ in leaves]
         xs_ = rdrv_xs(self)
         # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
         accs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
         accs = [np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a) for a in accs]
-        out = rp.module.rev_prog(rcode, s0c, bufs, ds, np.empty_like(ds), *accs, *fargs, *rargs)
-        for x, a in zip(xs_, out[1:]):
+        out = rp.module.rev_prog(rcode, *s0l, *bufs, *dsl, *[np.empty_like(x) for x in dsl], *accs, *fargs, *rargs)
+        L = len(leaves)
+        for x, a in zip(xs_, out[L:]):
             acc[x.name] = float(a) if np.ndim(a) == 0 else a
-        return value, out[0]
+        return value, LK.build_value(sp.state.type, list(out[:L]))
 
     def _steps(self, values, sizes, s0, sch, finish, add):
         """(value, the initial state's cotangent): the schedule's actions one

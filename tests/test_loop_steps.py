@@ -85,13 +85,13 @@ def test_step_kernels_allocate_nothing_per_step():
     # the body's kernel allocates its result; its step form writes into the buffer it is given
     body_ir = lp.body.fn.lowered()[0]
     assert any(not a.pooled for a in _top_allocs(body_ir))
-    ir2, names = LK.out_buffer_ir(body_ir, [0])
-    assert names == [body_ir.results[0]] and ir2.args[-1] == names[0]
+    ir2, names, copied = LK.out_buffer_ir(body_ir, [0])
+    assert names == [body_ir.results[0]] and ir2.args[-1] == names[0] and copied == []
     assert all(a.pooled for a in _top_allocs(ir2))
     # the adjoint step: its state cotangent into a buffer, its temporaries pooled
     part, wrt = rev.body_vjp
     adj_ir = part.fn.lowered()[0]
-    ir3, _ = LK.out_buffer_ir(adj_ir, [0])
+    ir3, _, _ = LK.out_buffer_ir(adj_ir, [0])
     assert all(a.pooled for a in _top_allocs(ir3))
     # and the cached step modules are these (the stored spec names the buffers)
     d = _data(6, 40)
@@ -171,3 +171,35 @@ def test_results_do_not_alias_the_reused_buffers():
     rev(dict(d2), np.ones(5))
     np.testing.assert_array_equal(v1, v1c)
     np.testing.assert_allclose(v1, ref(d1), rtol=1e-13)
+
+
+def test_pair_state_wave_step_programs(monkeypatch):
+    """A pair state (u_prev, u) -> (u, u_next): one buffer set per leaf; the
+    leaf the body returns unchanged (u) is copied by the program, the other
+    written by the kernel; the adjoint writes both cotangent leaves."""
+    from benchmarks.wave import data, grad_ref, loss_ref, program
+
+    d = data({"n": 6, "T": 40}, np.random.default_rng(3))
+    want = grad_ref(d)
+    got = []
+    for ck in ("all", 5, ("binomial", 2)):
+        loss, ins = program("T", ck)
+        vg = tl.value_and_grad(loss, wrt=[ins["u0"], ins["c2"]])
+        v, (gu, gc) = vg(**d)
+        rev = vg.loop_program
+        fp, rp = rev.lp.step_program(), rev._reverse_program()
+        assert fp is not None and rp is not None
+        assert (fp.pooled, fp.copied) == ([1], [0]) and (rp.pooled, rp.copied) == ([0, 1], [])
+        assert v == pytest.approx(loss_ref(d), rel=1e-12)
+        np.testing.assert_allclose(gu, want["u0"], rtol=1e-11, atol=1e-12)
+        assert gc == pytest.approx(float(want["c2"]), rel=1e-11)
+        got.append((v, gu, gc))
+        assert tl.compile(loss)(**d) == v
+    for other in got[1:]:
+        assert other[0] == got[0][0] and other[2] == got[0][2]
+        np.testing.assert_array_equal(other[1], got[0][1])
+    monkeypatch.setattr(LK, "DRIVER_MIN_STEPS", 10**9)  # per-step validated calls: the same bits
+    loss, ins = program("T", "all")
+    v, (gu, gc) = tl.value_and_grad(loss, wrt=[ins["u0"], ins["c2"]])(**d)
+    assert v == got[0][0] and gc == got[0][2]
+    np.testing.assert_array_equal(gu, got[0][1])

@@ -105,21 +105,24 @@ class LoopProgram:
         return self._steps
 
     def table_args(self, values: dict, sizes: dict, s0):
-        """``(s0 as float64, the body kernel's arguments)`` for a step program,
-        or None where it does not apply (a short run, float32, a scalar or
-        pair state, sizes a proof needs positive).  The inputs' finiteness is
-        checked here, as the first validated call would."""
+        """``(the initial state's leaves as float64 arrays, the body kernel's
+        arguments)`` for a step program, or None where it does not apply
+        (float32, a scalar leaf, sizes a proof needs positive).  The inputs'
+        finiteness is checked here, as the first validated call would."""
         from .dispatch import check_finite, finite_checks
 
         fp = self.step_program()
-        if fp is None or not isinstance(s0, np.ndarray) or s0.ndim == 0 or s0.dtype != np.float64:
+        if fp is None:
+            return None
+        leaves = [leaf(s0, p) for p, _ in state_leaves(self.sp.state.type)]
+        if not all(isinstance(x, np.ndarray) and x.ndim > 0 and x.dtype == np.float64 for x in leaves):
             return None
         vals = {**values, self.sp.state.name: s0}
         args = kernel_args(fp.base, vals, sizes, t_name(self.sp))
         if args is None:
             return None
         check_finite(vals, finite_checks(self.sp.body, vals))
-        return np.ascontiguousarray(s0), args
+        return [np.ascontiguousarray(x) for x in leaves], args
 
     def forward(self, inputs: dict):
         sizes = self.sizes(inputs)
@@ -128,12 +131,12 @@ class LoopProgram:
         T = self.steps(sizes)
         got = self.table_args(values, sizes, s0) if T >= DRIVER_MIN_STEPS else None
         if got is not None:
-            # the whole run in one Numba call, alternating between two buffers
-            s0c, args = got
+            # the whole run in one Numba call, alternating between two buffers per leaf
+            s0l, args = got
             code, loc = forward_table(T)
-            bufs = np.empty((2,) + s0c.shape)
-            self.step_program().module.fwd_prog(code, s0c, bufs, *args)
-            s = bufs[loc]
+            bufs = [np.empty((2,) + x.shape) for x in s0l]
+            self.step_program().module.fwd_prog(code, *s0l, *bufs, *args)
+            s = build_value(self.sp.state.type, [b[loc] for b in bufs])
         else:
             s = self.advance(values, sizes, s0, 0, T)
         values[self.sp.final.name] = s
@@ -213,28 +216,78 @@ def forward_table(T: int):
     return code, cur
 
 
+def state_leaves(t, path=()):
+    """``[(path, TensorT)]``: the state's leaves (a tensor, or nested pairs of
+    tensors), or None when one is a scalar (no step program)."""
+    from ..ir import PairT
+
+    if isinstance(t, PairT):
+        a, b = state_leaves(t.fst, path + (0,)), state_leaves(t.snd, path + (1,))
+        return None if a is None or b is None else a + b
+    if isinstance(t, TensorT) and _rank(t) > 0:
+        return [(path, t)]
+    return None
+
+
+def leaf(v, path):
+    for k in path:
+        v = v[k]
+    return v
+
+
+def build_value(t, arrays: list, path=()):
+    """The (nested) state from its leaves' arrays, in ``state_leaves`` order."""
+    from ..ir import PairT
+
+    if isinstance(t, PairT):
+        return (build_value(t.fst, arrays), build_value(t.snd, arrays))
+    return arrays.pop(0)
+
+
+def result_leaves(tree, leaves):
+    """The result positions of the state's leaves in a kernel's output layout ``tree``, or None."""
+    out = []
+    for path, _ in leaves:
+        node = tree
+        for k in path:
+            if node[0] != "pair":
+                return None
+            node = node[1 + k]
+        if node[0] != "leaf":
+            return None
+        out.append(node[1])
+    return out
+
+
 def out_buffer_ir(ir, leaves):
-    """``ir`` with the array results ``leaves`` (result positions) written into
-    caller-given buffers (pooled allocations, arguments after the others),
-    and their argument names; None when one of them is not a kernel-allocated
-    array at top level (an input returned as a copy, a packed output)."""
+    """``(ir', buffer names, copied)``: ``ir`` with the array results at the
+    positions ``leaves`` written into caller-given buffers (pooled
+    allocations, arguments after the others); ``copied``: the positions (of
+    ``leaves``) whose result is an input, now returned as is for the caller
+    to copy into its buffer.  None when a result is neither (a packed
+    output), or two positions share one array."""
     from dataclasses import replace
 
     from .loopir import Alloc
 
-    names = []
-    for k in leaves:
-        r = ir.results[k]
-        if not isinstance(r, str) or r in ir.copies:
-            return None
-        names.append(r)
     top = {s.name: s for s in ir.body if isinstance(s, Alloc)}
-    if any(nm not in top or top[nm].role != "output" or top[nm].pooled for nm in names):
-        return None
+    names, copied, uncopy = [], [], set()
+    for j, k in enumerate(leaves):
+        r = ir.results[k]
+        if not isinstance(r, str) or r in names or r in uncopy:
+            return None
+        if r in ir.copies:
+            copied.append(j)
+            uncopy.add(r)
+        elif r in top and top[r].role == "output" and not top[r].pooled:
+            names.append(r)
+        else:
+            return None
     swap = {nm: replace(top[nm], pooled=True) for nm in names}
     body = [swap.get(s.name, s) if isinstance(s, Alloc) else s for s in ir.body]
     allocs = [swap.get(a.name, a) for a in ir.allocs]
-    return replace(ir, args=list(ir.args) + names, allocs=allocs, body=body), names
+    ir2 = replace(ir, args=list(ir.args) + names, allocs=allocs, body=body, copies=set(ir.copies) - uncopy)
+    return ir2, names, copied
 
 
 def _dims(t) -> list:
@@ -248,148 +301,173 @@ def _dims(t) -> list:
 def _call(spec, names: dict, t_size, outs, prefix: str = "z"):
     """``(parameters, call arguments)`` of a step kernel's call from a step
     program: ``<prefix><k>`` for the arguments passed in (``spec``: the
-    kernel's own, without the output buffers), ``names`` replacing inputs by
-    name, ``t + 1`` for ``t_size``, then the output buffers ``outs``."""
+    kernel's own, without the output buffers), ``names`` replacing input
+    leaves by ``(name, path)``, ``t + 1`` for ``t_size``, then the output
+    buffers ``outs``."""
     nsz = len(spec["sizes"])
     params = [f"{prefix}{k}" for k in range(nsz + len(spec["inputs"]) + len(spec.get("temporaries", [])))]
     args = list(params)
     for k, nm in enumerate(spec["sizes"]):
         if nm == t_size:
             args[k] = "t + 1"  # loops.t_value
-    for k, (nm, _, _) in enumerate(spec["inputs"]):
-        if nm in names:
-            args[nsz + k] = names[nm]
+    for k, (nm, path, _) in enumerate(spec["inputs"]):
+        if (nm, tuple(path)) in names:
+            args[nsz + k] = names[(nm, tuple(path))]
     return params, args + list(outs)
 
 
 class StepKernel:
-    """A compiled part's float64 kernel writing its array results ``leaves``
-    into caller-given buffers, in its own cache entry together with the loop
-    that runs an instruction table (``fwd_prog`` or ``rev_prog``)."""
+    """A compiled part's float64 kernel writing the state's leaves into
+    caller-given buffers, in its own cache entry together with the loop that
+    runs an instruction table (``fwd_prog`` or ``rev_prog``)."""
 
-    def __init__(self, module, key: str, base: dict):
+    def __init__(self, module, key: str, base: dict, spec2: dict):
         self.module, self.key, self.base = module, key, base  # base: the kernel's own spec (no buffers)
+        # the state leaves the kernel writes into buffers, and those it returns as inputs (copied)
+        self.pooled, self.copied = spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"]
 
     @classmethod
-    def build(cls, kernel, leaves, out_types, prog_src, imports: str = ""):
+    def build(cls, kernel, positions, leaves, make_src, imports: str = ""):
+        """``make_src(buffer positions, copied positions)`` gives the program's source."""
         import hashlib
 
         from . import cache as _cache
         from .codegen import source
 
-        if not hasattr(kernel, "variant") or kernel.python:
-            return None
         var = kernel.variant("float64")
         spec = var.spec
         if (var.key is None or spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
                 or spec.get("sparse_outputs") or spec.get("relation_orders")):
             return None
-        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{leaves}|{imports}|{prog_src}".encode()).hexdigest()[:40]
+        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{positions}|{imports}|{make_src(None, None)}".encode())
+        key = key.hexdigest()[:40]
         got = _cache.load(key)
         if got is not None:
-            return None if got[1].get("loop_out_buffers") is None else cls(got[0], key, spec)
+            return None if got[1].get("loop_pooled_leaves") is None else cls(got[0], key, spec, got[1])
         ir, _ = kernel.lowered()
-        made = out_buffer_ir(ir, leaves)
+        made = out_buffer_ir(ir, positions)
         spec2 = dict(spec)
         if made is None:  # remembered: this kernel has no step form
-            spec2["loop_out_buffers"] = None
+            spec2["loop_pooled_leaves"] = None
             _cache.store(key, source(ir, "float64"), spec2)
             return None
-        ir2, names = made
-        spec2["temporaries"] = list(spec.get("temporaries", [])) + [[nm, _dims(t)] for nm, t in zip(names, out_types)]
-        spec2["loop_out_buffers"] = list(leaves)
+        ir2, names, copied = made
+        pooled = [j for j in range(len(positions)) if j not in copied]
+        spec2["temporaries"] = list(spec.get("temporaries", [])) + [[nm, _dims(leaves[j][1])] for nm, j in zip(names, pooled)]
+        spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"] = pooled, list(copied)
         text = (source(ir2, "float64") + imports + "\n# -- step program (tensorlang.backend.loop_kernel) --\n"
-                "@numba.njit(**_OPTS)\n" + prog_src)
-        return cls(_cache.store(key, text, spec2), key, spec)
+                "@numba.njit(**_OPTS)\n" + make_src(pooled, copied))
+        return cls(_cache.store(key, text, spec2), key, spec, spec2)
+
+
+def _usable(part) -> bool:
+    return part is not None and part not in ("identity",) and part.var is None and \
+        hasattr(part.fn, "variant") and not part.fn.python
+
+
+def _select(L: int, ind: str) -> list:
+    """The current state's leaves ``a<k>``: the initial state's or a buffer's."""
+    return ([f"{ind}if src < 0:"] + [f"{ind}    a{k} = s{k}" for k in range(L)] + [f"{ind}else:"]
+            + [f"{ind}    a{k} = bufs{k}[src]" for k in range(L)])
+
+
+def _copies(L: int, ind: str, src: str, dst: str) -> list:
+    return [line for k in range(L) for line in (f"{ind}b = {dst.format(k=k)}", f"{ind}b[...] = {src.format(k=k)}")]
 
 
 def forward_program(part: Part, sp: Split):
-    """The body's step kernel with ``fwd_prog(code, s0, bufs, z…)`` (the
-    table's FWD and COPY instructions), or None where it does not apply (a
-    pair or scalar state, relations)."""
-    if not isinstance(sp.state.type, TensorT) or part is None or part.var is not None:
+    """The body's step kernel with ``fwd_prog(code, s…, bufs…, z…)`` (the
+    table's FWD and COPY instructions; one ``s``/``bufs`` per state leaf), or
+    None where it does not apply (a scalar leaf in the state, relations)."""
+    leaves = state_leaves(sp.state.type)
+    if leaves is None or not _usable(part):
         return None
-    k = part.fn
-    if not hasattr(k, "variant") or k.python:
+    spec = part.fn.variant("float64").spec
+    pos = result_leaves(spec["outputs"], leaves)
+    L = len(leaves)
+    if pos is None:
         return None
-    spec = k.variant("float64").spec
-    if spec["outputs"] != ["leaf", 0] or [n for n, _, _ in spec["inputs"]].count(sp.state.name) != 1:
-        return None
-    if any(n == sp.state.name and tuple(p) != () for n, p, _ in spec["inputs"]):
-        return None
-    zs, call = _call(spec, {sp.state.name: "a"}, t_name(sp), ["bufs[dst]"])
-    src = (f"def fwd_prog(code, s0, bufs, {', '.join(zs)}):\n"
-           "    for q in range(code.shape[0]):\n"
-           "        t = code[q, 1]\n"
-           "        src = code[q, 2]\n"
-           "        dst = code[q, 3]\n"
-           "        if src < 0:\n"
-           "            a = s0\n"
-           "        else:\n"
-           "            a = bufs[src]\n"
-           f"        if code[q, 0] == {FWD}:\n"
-           f"            kernel_serial({', '.join(call)})\n"
-           "        else:\n"
-           "            b = bufs[dst]\n"
-           "            b[...] = a\n"
-           "    return 0\n")
-    return StepKernel.build(k, [0], [sp.state.type], src)
+
+    def make_src(pooled, copied):
+        names = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
+        zs, call = _call(spec, names, t_name(sp), [f"bufs{k}[dst]" for k in (pooled or [])])
+        lines = [f"def fwd_prog(code, {''.join(f's{k}, ' for k in range(L))}{''.join(f'bufs{k}, ' for k in range(L))}"
+                 f"{', '.join(zs)}):",
+                 "    for q in range(code.shape[0]):",
+                 "        t = code[q, 1]",
+                 "        src = code[q, 2]",
+                 "        dst = code[q, 3]"]
+        lines += _select(L, "        ")
+        lines += [f"        if code[q, 0] == {FWD}:", f"            res = kernel_serial({', '.join(call)})"]
+        lines += [line for k in (copied or []) for line in (
+            f"            b = bufs{k}[dst]", f"            b[...] = res[{pos[k]}]")]
+        lines += ["        else:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
+        lines.append("    return 0")
+        return "\n".join(lines) + "\n"
+
+    return StepKernel.build(part.fn, pos, leaves, make_src)
 
 
 def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
-    """The body adjoint's step kernel (its state cotangent written into a
-    buffer) with ``rev_prog(code, s0, bufs, ds, dsb, accs…, zf…, za…)``
-    running FWD, COPY and REV instructions (the body's steps through
+    """The body adjoint's step kernel (the state's cotangent leaves written
+    into buffers) with ``rev_prog(code, s…, bufs…, ds…, dsb…, accs…, zf…,
+    za…)`` running FWD, COPY and REV instructions (the body's steps through
     ``fwd``'s module), or None.  ``wrt``: the adjoint's inputs in output
-    order, the state first; the inputs' cotangents accumulate in order
-    ``t = T-1 … 0`` (``acc = acc + step``), the state's is carried."""
-    if fwd is None or part is None or part in ("identity",) or not hasattr(part.fn, "variant") or part.fn.python:
+    order, the state first; the inputs' cotangents accumulate in the order
+    ``t = T-1 … 0`` (``acc + step``), the state's is carried."""
+    leaves = state_leaves(sp.state.type)
+    if fwd is None or leaves is None or not _usable(part):
         return None
+    L = len(leaves)
     spec = part.fn.variant("float64").spec
-    names = [n for n, _, _ in spec["inputs"]]
-    for nm in (sp.state.name, dstate):
-        if names.count(nm) != 1 or tuple(spec["inputs"][names.index(nm)][1]) != ():
-            return None
-    outs, tree = [], spec["outputs"]  # (E_state, (E_x1, …)), every E one leaf
+    outs, tree = [], spec["outputs"]  # (E_state, (E_x1, …)): the state's a (nested) pair, the others leaves
     for j in range(len(wrt)):
         node = tree if j == len(wrt) - 1 else tree[1]
-        if node[0] != "leaf":
+        if j == 0:
+            pos = result_leaves(node, leaves)
+            if pos is None:
+                return None
+        elif node[0] != "leaf":
             return None
-        outs.append(node[1])
+        else:
+            outs.append(node[1])
         if j < len(wrt) - 1:
             tree = tree[2]
     accs = [f"acc{j}" for j in range(1, len(wrt))]
-    zf, fcall = _call(fwd.base, {sp.state.name: "a"}, t_name(sp), ["bufs[dst]"], prefix="f")
-    za, acall = _call(spec, {sp.state.name: "a", dstate: "ds"}, t_name(sp), ["dsb"])
-    lines = [f"def rev_prog(code, s0, bufs, ds, dsb, {''.join(a + ', ' for a in accs)}{', '.join(zf + za)}):",
-             "    for q in range(code.shape[0]):",
-             "        op = code[q, 0]",
-             "        t = code[q, 1]",
-             "        src = code[q, 2]",
-             "        dst = code[q, 3]",
-             "        if src < 0:",
-             "            a = s0",
-             "        else:",
-             "            a = bufs[src]",
-             f"        if op == {FWD}:",
-             f"            _body_step({', '.join(fcall)})",
-             f"        elif op == {COPY}:",
-             "            b = bufs[dst]",
-             "            b[...] = a",
-             "        else:",
-             f"            res = kernel_serial({', '.join(acall)})"]
-    # in place for arrays (the caller's private accumulators): acc + step, as added before
-    lines += [f"            {a} += res[{outs[j]}]" for j, a in enumerate(accs, start=1)]
-    lines += [f"            nds = res[{outs[0]}]",  # dsb (written), or a fresh copy
-              "            dsb = ds",
-              "            ds = nds",
-              "    return (ds," + "".join(" " + a + "," for a in accs) + ")"]
+    fnames = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
+    anames = {**fnames, **{(dstate, p): f"ds{k}" for k, (p, _) in enumerate(leaves)}}
+    fpos = result_leaves(fwd.base["outputs"], leaves)
+
+    def make_src(pooled, copied):
+        zf, fcall = _call(fwd.base, fnames, t_name(sp), [f"bufs{k}[dst]" for k in fwd.pooled], prefix="f")
+        za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])])
+        head = "".join(f"{x}{k}, " for x in ("s", "bufs", "ds", "dsb") for k in range(L))
+        lines = [f"def rev_prog(code, {head}{''.join(a + ', ' for a in accs)}{', '.join(zf + za)}):",
+                 "    for q in range(code.shape[0]):",
+                 "        op = code[q, 0]",
+                 "        t = code[q, 1]",
+                 "        src = code[q, 2]",
+                 "        dst = code[q, 3]"]
+        lines += _select(L, "        ")
+        lines += [f"        if op == {FWD}:", f"            fres = _body_step({', '.join(fcall)})"]
+        lines += [line for k in fwd.copied for line in (f"            b = bufs{k}[dst]", f"            b[...] = fres[{fpos[k]}]")]
+        lines += [f"        elif op == {COPY}:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
+        lines += ["        else:", f"            res = kernel_serial({', '.join(acall)})"]
+        # in place for arrays (the caller's private accumulators): acc + step, as added before
+        lines += [f"            {a} += res[{outs[j]}]" for j, a in enumerate(accs)]
+        lines += [line for k in (copied or []) for line in (f"            b = dsb{k}", f"            b[...] = res[{pos[k]}]")]
+        for k in range(L):  # the new cotangent is in dsb: swap
+            lines += [f"            tmp = ds{k}", f"            ds{k} = dsb{k}", f"            dsb{k} = tmp"]
+        lines.append("    return (" + "".join(f"ds{k}, " for k in range(L)) + "".join(a + ", " for a in accs) + ")")
+        return "\n".join(lines) + "\n"
+
     imports = ("\nfrom tensorlang.backend import cache as _loop_cache\n"
                f"_body_entry = _loop_cache.load({fwd.key!r})\n"
                "if _body_entry is None:\n"
                "    raise ImportError('the loop body step kernel is not in the cache')\n"
                "_body_step = _body_entry[0].kernel_serial\n")
-    return StepKernel.build(part.fn, [outs[0]], [sp.state.type], "\n".join(lines) + "\n", imports)
+    return StepKernel.build(part.fn, pos, leaves, make_src, imports)
+
 
 def kernel_args(spec, values: dict, sizes: dict, t_size):
     """The float64 kernel's arguments (``api.Kernel._run``'s order), or None
