@@ -101,7 +101,13 @@ class _Reverse:
             return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
 
         self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
-        self.body_vjp = vjp_part(sp.body, [sp.state] + xs, self.dstate) if lp.body is not None else (None, [])
+        # hoisted loop-invariant terms that depend on xs: the body's adjoint
+        # accumulates their cotangents over the steps, pulled back once after
+        hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
+        self.hoisted = [v for v, _ in hs]
+        self.body_vjp = vjp_part(sp.body, [sp.state] + xs + self.hoisted, self.dstate) if lp.body is not None else (None, [])
+        self.inv_vjp = [(v, fresh("d" + v.name)) for v, _ in hs]
+        self.inv_vjp = [(v, c, vjp_part(e, xs, c)) for (v, c), (_, e) in zip(self.inv_vjp, hs)]
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
 
     def _reverse_program(self):
@@ -208,7 +214,7 @@ class _Reverse:
         sizes = lp.sizes(inputs)
         T = lp.steps(sizes)
         values = dict(inputs)
-        acc = {x.name: None for x in self.xs}
+        acc = {x.name: None for x in self.xs + self.hoisted}
 
         def add(d):
             for k, v in d.items():
@@ -225,6 +231,7 @@ class _Reverse:
             return value, (_tzeros(sp.state.type, sizes) if ds is None else ds)
 
         s0 = lp.pre(values, sizes)
+        lp.invariants(values, sizes, T)
         policy = sp.checkpoint if policy is None else policy
         if T == 0:
             value, ds = finish(s0)
@@ -235,6 +242,9 @@ class _Reverse:
                 value, ds = self._steps(values, sizes, s0, sch, finish, add)
             else:
                 value, ds = got
+        for v, c, part in self.inv_vjp:  # the hoisted terms' cotangents, pulled back once
+            if acc[v.name] is not None:
+                add(self._run(part, values, sizes, c, acc[v.name]))
         add(self._run(self.pre_vjp, values, sizes, self.dstate, ds))
         out = []
         for x in self.xs:
@@ -377,7 +387,9 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
         return _Part(derivative(prog, wrt_), mode, lp.compile_fn)
 
     dpre = dpart(sp.pre, xs)
-    dbody = dpart(sp.body, [sp.state] + xs) if lp.body is not None else None
+    hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
+    dinv = [(v, dpart(e, xs)) for v, e in hs]  # the hoisted terms' tangents, computed once
+    dbody = dpart(sp.body, [sp.state] + xs + [v for v, _ in hs]) if lp.body is not None else None
     dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
         if n in {v.name for v in input_vars(expr)}:
@@ -399,6 +411,10 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
         values = dict(inputs)
         s = lp.pre(values, sizes)
         ds = run(dpre, sp.pre, values, sizes, sp.state.type)
+        lp.invariants(values, sizes, lp.steps(sizes))
+        for v, part in dinv:
+            if lp.steps(sizes) > 0:
+                values["d" + v.name] = run(part, v, values, sizes, v.type)
         for t in range(lp.steps(sizes)):
             values[dstate] = ds
             sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
@@ -440,11 +456,14 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
         return c(adjoint(prog, wrt_, cotangent="_loop_cot"))
 
     tsz = {sp.t_size.name: t_value(0)} if sp.t_size is not None else {}
-    body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + xs)
-    primal = c(sp.pre) + T * body + c(sp.post)
+    hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if T else []
+    body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + xs + [v for v, _ in hs])
+    inv = sum(c(e) for _, e in sp.hoisted) if T else 0  # hoisted: once, not per step
+    primal = c(sp.pre) + inv + T * body + c(sp.post)
     sch = schedule(policy, T) if T else None
     rec = sch.recomputed if sch else 0
-    adj = primal + ct(sp.pre, xs) + T * body_t + rec * body + ct(sp.post, [sp.final] + xs)
+    adj = (primal + ct(sp.pre, xs) + T * body_t + rec * body + ct(sp.post, [sp.final] + xs)
+           + sum(ct(e, xs) for _, e in hs))
     out = {
         "policy": policy if not (isinstance(policy, tuple) and policy[1] is None) else ("binomial", binomial_budget(policy, T)),
         "primal": primal,

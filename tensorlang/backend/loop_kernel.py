@@ -74,6 +74,15 @@ class LoopProgram:
         never = self.sp.steps.is_const and self.sp.steps.const == 0
         self.body = None if never else Part(self.sp.body, mode, compile_fn)
         self.post = Part(self.sp.post, mode, compile_fn)
+        # the body's loop-invariant terms (loops.hoist_invariants), each its own kernel
+        self.inv = [] if never else [(v, Part(e, mode, compile_fn)) for v, e in self.sp.hoisted]
+
+    def invariants(self, values: dict, sizes: dict, T: int) -> None:
+        """The hoisted terms' values into ``values``, once, when the body runs
+        (at ``T = 0`` a term may even read out of range: the body never does)."""
+        if T > 0:
+            for v, part in self.inv:
+                values[v.name] = part(values, sizes)
 
     def sizes(self, inputs: dict) -> dict:
         from .. import bounds
@@ -129,6 +138,7 @@ class LoopProgram:
         values = dict(inputs)
         s0 = self.pre(values, sizes)
         T = self.steps(sizes)
+        self.invariants(values, sizes, T)
         got = self.table_args(values, sizes, s0) if T >= DRIVER_MIN_STEPS else None
         if got is not None:
             # the whole run in one Numba call, alternating between two buffers per leaf
