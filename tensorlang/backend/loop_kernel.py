@@ -18,6 +18,8 @@ step, with the same operations.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..ir import TensorT, Var, input_vars, size_vars
@@ -215,8 +217,11 @@ def compile_schedule(sch, T: int):
     return tables[0], tables[1], final
 
 
+@functools.lru_cache(maxsize=16)
 def forward_table(T: int):
-    """The primal's table: ``T`` steps from ``IN`` alternating between the scratch buffers 0 and 1."""
+    """The primal's table: ``T`` steps from ``IN`` alternating between the
+    scratch buffers 0 and 1 (remembered: building it costs about a
+    microsecond per step; callers never write into it)."""
     code = np.empty((T, 4), dtype=np.int64)
     cur = IN
     for t in range(T):
