@@ -167,7 +167,7 @@ class _Reverse:
             return None
         fcode, rcode, final = _tables(policy, T, sch)
         bufs = [self._buffers(k, (sch.slots + 2,) + x.shape) for k, x in enumerate(s0l)]
-        lp.step_program().module.fwd_prog(fcode, *s0l, *bufs, *fargs)
+        lp.step_program().run("fwd_prog", lp.threads, fcode, *s0l, *bufs, *fargs)
         # (the buffers are reused: the value must not be one)
         value, ds = finish(LK.build_value(sp.state.type, [b[final].copy() for b in bufs]))
         # carried and overwritten: private copies
@@ -176,7 +176,8 @@ class _Reverse:
         # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
         accs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
         accs = [np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a) for a in accs]
-        out = rp.module.rev_prog(rcode, *s0l, *bufs, *dsl, *[np.empty_like(x) for x in dsl], *accs, *fargs, *rargs)
+        out = rp.run("rev_prog", lp.threads, rcode, *s0l, *bufs, *dsl, *[np.empty_like(x) for x in dsl], *accs,
+                     *fargs, *rargs)
         L = len(leaves)
         for x, a in zip(xs_, out[L:]):
             acc[x.name] = float(a) if np.ndim(a) == 0 else a
@@ -283,10 +284,10 @@ def derivative(prog, wrt):
     return out
 
 
-def _program(expr, stage, mode):
+def _program(expr, stage, mode, threads=None):
     from .backend.api import compile as tl_compile
 
-    return LoopProgram(expr, stage, mode, tl_compile)
+    return LoopProgram(expr, stage, mode, tl_compile, threads)
 
 
 _TABLES: dict = {}
@@ -310,13 +311,13 @@ def rdrv_xs(rev: _Reverse) -> list:
     return rev.body_vjp[1][1:]
 
 
-def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
+def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
     if type_of(loss) is not REAL:
         raise TensorLangError(
             f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
         )
     xs, single = _wrt(wrt)
-    rev = _Reverse(_program(loss, "grad", mode), xs, _cot_name(loss))
+    rev = _Reverse(_program(loss, "grad", mode, threads), xs, _cot_name(loss))
 
     def g(**inputs):
         _, gs = rev(inputs, 1.0, checkpoint)
@@ -326,8 +327,8 @@ def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
     return g
 
 
-def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
-    g = grad(loss, wrt, mode=mode, checkpoint=checkpoint)
+def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
+    g = grad(loss, wrt, mode=mode, checkpoint=checkpoint, threads=threads)
     rev = g.loop_program
     single = not isinstance(wrt, (list, tuple))
 
@@ -339,11 +340,11 @@ def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
     return vg
 
 
-def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None):
+def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None, threads=None):
     xs, single = _wrt(wrt)
     if cotangent in {v.name for v in input_vars(expr)}:
         raise TensorLangError(f"the cotangent name {cotangent!r} is already an input of the program; pass cotangent=...")
-    rev = _Reverse(_program(expr, "vjp", mode), xs, cotangent)
+    rev = _Reverse(_program(expr, "vjp", mode, threads), xs, cotangent)
 
     def f(**inputs):
         if cotangent not in inputs:

@@ -203,3 +203,23 @@ def test_pair_state_wave_step_programs(monkeypatch):
     v, (gu, gc) = tl.value_and_grad(loss, wrt=[ins["u0"], ins["c2"]])(**d)
     assert v == got[0][0] and gc == got[0][2]
     np.testing.assert_array_equal(gu, got[0][1])
+
+
+def test_threads_run_the_parallel_step_programs():
+    """``threads=2``: the step kernels' parallel variants (gen loops prange,
+    reductions in per-thread chunks).  Every point of a gen is computed by
+    the same expression, so the states and the state's cotangent are the
+    serial ones bit for bit; the κ cotangent (a reduction per step) is
+    summed in chunks, equal to rounding."""
+    d = _data(9, 36)
+    loss, ins = heat("all")
+    wrt = [ins["u0"], ins["kappa"]]
+    v1, (gu1, gk1) = tl.value_and_grad(loss, wrt=wrt)(**d)
+    vg2 = tl.value_and_grad(loss, wrt=wrt, threads=2)
+    v2, (gu2, gk2) = vg2(**d)
+    rev = vg2.loop_program
+    assert rev.lp.threads == 2 and rev.lp.step_program().par and rev._reverse_program().par
+    np.testing.assert_array_equal(gu2, gu1)
+    assert gk2 == pytest.approx(gk1, rel=1e-12) and v2 == pytest.approx(v1, rel=1e-13)
+    k2 = tl.compile(loss, threads=2)
+    assert k2.program.threads == 2 and k2(**d) == pytest.approx(v1, rel=1e-13)

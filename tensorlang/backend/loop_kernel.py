@@ -61,8 +61,10 @@ class Part:
 class LoopProgram:
     """A loop program's parts, its sizes and its compiled primal."""
 
-    def __init__(self, expr, stage: str, mode: str, compile_fn):
+    def __init__(self, expr, stage: str, mode: str, compile_fn, threads=None):
         from .. import bounds
+
+        self.threads = threads  # None or 1: serial step programs; k > 1: their parallel variants
 
         check_program(expr)
         self.constraints = bounds.check_program(expr)
@@ -147,7 +149,7 @@ class LoopProgram:
             s0l, args = got
             code, loc = forward_table(T)
             bufs = [np.empty((2,) + x.shape) for x in s0l]
-            self.step_program().module.fwd_prog(code, *s0l, *bufs, *args)
+            self.step_program().run("fwd_prog", self.threads, code, *s0l, *bufs, *args)
             s = build_value(self.sp.state.type, [b[loc] for b in bufs])
         else:
             s = self.advance(values, sizes, s0, 0, T)
@@ -174,7 +176,7 @@ class LoopProgram:
 
 IN = -1
 FWD, COPY, REV = 0, 1, 2
-STEP_VERSION = "s4-steps-1"  # in the step modules' cache keys
+STEP_VERSION = "s4-steps-2"  # in the step modules' cache keys
 
 
 def compile_schedule(sch, T: int):
@@ -340,21 +342,41 @@ class StepKernel:
         self.module, self.key, self.base = module, key, base  # base: the kernel's own spec (no buffers)
         # the state leaves the kernel writes into buffers, and those it returns as inputs (copied)
         self.pooled, self.copied = spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"]
+        self.par = hasattr(module, "fwd_prog_par") or hasattr(module, "rev_prog_par")
+
+    def run(self, name: str, threads, *args):
+        """Run the step program ``name``: its parallel variant on ``threads``
+        (an int > 1, capped at Numba's pool; the kernels' gen loops
+        ``prange``, reductions in per-thread chunks: a given thread count
+        always gives the same result) when the kernel has one, else serial."""
+        if threads is None or threads <= 1 or not self.par:
+            return getattr(self.module, name)(*args)
+        import numba
+
+        k = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+        old = numba.get_num_threads()
+        numba.set_num_threads(k)
+        try:
+            return getattr(self.module, name + "_par")(*args, np.int64(k))
+        finally:
+            numba.set_num_threads(old)
 
     @classmethod
     def build(cls, kernel, positions, leaves, make_src, imports: str = ""):
-        """``make_src(buffer positions, copied positions)`` gives the program's source."""
+        """``make_src(buffer positions, copied positions, par)`` gives the
+        program's source; ``par``: the variant calling ``kernel_parallel``
+        (its gen loops ``prange``), defined when the kernel has one."""
         import hashlib
 
         from . import cache as _cache
-        from .codegen import source
+        from .codegen import has_parallel, source
 
         var = kernel.variant("float64")
         spec = var.spec
         if (var.key is None or spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
                 or spec.get("sparse_outputs") or spec.get("relation_orders")):
             return None
-        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{positions}|{imports}|{make_src(None, None)}".encode())
+        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{positions}|{imports}|{make_src(None, None, False)}".encode())
         key = key.hexdigest()[:40]
         got = _cache.load(key)
         if got is not None:
@@ -371,7 +393,9 @@ class StepKernel:
         spec2["temporaries"] = list(spec.get("temporaries", [])) + [[nm, _dims(leaves[j][1])] for nm, j in zip(names, pooled)]
         spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"] = pooled, list(copied)
         text = (source(ir2, "float64") + imports + "\n# -- step program (tensorlang.backend.loop_kernel) --\n"
-                "@numba.njit(**_OPTS)\n" + make_src(pooled, copied))
+                "@numba.njit(**_OPTS)\n" + make_src(pooled, copied, False))
+        if has_parallel(ir2):
+            text += "\n@numba.njit(**_OPTS)\n" + make_src(pooled, copied, True)
         return cls(_cache.store(key, text, spec2), key, spec, spec2)
 
 
@@ -403,17 +427,18 @@ def forward_program(part: Part, sp: Split):
     if pos is None:
         return None
 
-    def make_src(pooled, copied):
+    def make_src(pooled, copied, par):
         names = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
-        zs, call = _call(spec, names, t_name(sp), [f"bufs{k}[dst]" for k in (pooled or [])])
-        lines = [f"def fwd_prog(code, {''.join(f's{k}, ' for k in range(L))}{''.join(f'bufs{k}, ' for k in range(L))}"
-                 f"{', '.join(zs)}):",
+        zs, call = _call(spec, names, t_name(sp), [f"bufs{k}[dst]" for k in (pooled or [])] + (["nthreads"] if par else []))
+        lines = [f"def fwd_prog{'_par' if par else ''}(code, {''.join(f's{k}, ' for k in range(L))}"
+                 f"{''.join(f'bufs{k}, ' for k in range(L))}{', '.join(zs)}{', nthreads' if par else ''}):",
                  "    for q in range(code.shape[0]):",
                  "        t = code[q, 1]",
                  "        src = code[q, 2]",
                  "        dst = code[q, 3]"]
         lines += _select(L, "        ")
-        lines += [f"        if code[q, 0] == {FWD}:", f"            res = kernel_serial({', '.join(call)})"]
+        kern = "kernel_parallel" if par else "kernel_serial"
+        lines += [f"        if code[q, 0] == {FWD}:", f"            res = {kern}({', '.join(call)})"]
         lines += [line for k in (copied or []) for line in (
             f"            b = bufs{k}[dst]", f"            b[...] = res[{pos[k]}]")]
         lines += ["        else:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
@@ -453,21 +478,24 @@ def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: s
     anames = {**fnames, **{(dstate, p): f"ds{k}" for k, (p, _) in enumerate(leaves)}}
     fpos = result_leaves(fwd.base["outputs"], leaves)
 
-    def make_src(pooled, copied):
-        zf, fcall = _call(fwd.base, fnames, t_name(sp), [f"bufs{k}[dst]" for k in fwd.pooled], prefix="f")
-        za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])])
+    def make_src(pooled, copied, par):
+        fpar = par and fwd.par
+        zf, fcall = _call(fwd.base, fnames, t_name(sp), [f"bufs{k}[dst]" for k in fwd.pooled] + (["nthreads"] if fpar else []),
+                          prefix="f")
+        za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])] + (["nthreads"] if par else []))
         head = "".join(f"{x}{k}, " for x in ("s", "bufs", "ds", "dsb") for k in range(L))
-        lines = [f"def rev_prog(code, {head}{''.join(a + ', ' for a in accs)}{', '.join(zf + za)}):",
+        lines = [f"def rev_prog{'_par' if par else ''}(code, {head}{''.join(a + ', ' for a in accs)}"
+                 f"{', '.join(zf + za)}{', nthreads' if par else ''}):",
                  "    for q in range(code.shape[0]):",
                  "        op = code[q, 0]",
                  "        t = code[q, 1]",
                  "        src = code[q, 2]",
                  "        dst = code[q, 3]"]
         lines += _select(L, "        ")
-        lines += [f"        if op == {FWD}:", f"            fres = _body_step({', '.join(fcall)})"]
+        lines += [f"        if op == {FWD}:", f"            fres = _body_step{'_par' if fpar else ''}({', '.join(fcall)})"]
         lines += [line for k in fwd.copied for line in (f"            b = bufs{k}[dst]", f"            b[...] = fres[{fpos[k]}]")]
         lines += [f"        elif op == {COPY}:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
-        lines += ["        else:", f"            res = kernel_serial({', '.join(acall)})"]
+        lines += ["        else:", f"            res = {'kernel_parallel' if par else 'kernel_serial'}({', '.join(acall)})"]
         # in place for arrays (the caller's private accumulators): acc + step, as added before
         lines += [f"            {a} += res[{outs[j]}]" for j, a in enumerate(accs)]
         lines += [line for k in (copied or []) for line in (f"            b = dsb{k}", f"            b[...] = res[{pos[k]}]")]
@@ -480,7 +508,8 @@ def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: s
                f"_body_entry = _loop_cache.load({fwd.key!r})\n"
                "if _body_entry is None:\n"
                "    raise ImportError('the loop body step kernel is not in the cache')\n"
-               "_body_step = _body_entry[0].kernel_serial\n")
+               "_body_step = _body_entry[0].kernel_serial\n"
+               + ("_body_step_par = _body_entry[0].kernel_parallel\n" if fwd.par else ""))
     return StepKernel.build(part.fn, pos, leaves, make_src, imports)
 
 
@@ -532,7 +561,7 @@ class LoopKernel:
     """``tl.compile`` of a loop program: the three parts' kernels, the body run ``T`` times."""
 
     def __init__(self, expr, mode: str, threads, compile_fn):
-        self.program = LoopProgram(expr, "compile", mode, compile_fn)
+        self.program = LoopProgram(expr, "compile", mode, compile_fn, threads)
         self.expr = expr
         self.threads = threads
 
