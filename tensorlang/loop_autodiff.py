@@ -30,7 +30,7 @@ import numpy as np
 from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Var, input_vars, size_vars
 from .backend.loop_kernel import LoopProgram, Part as _Part
-from .loops import binomial_budget, schedule, split, t_value
+from .loops import binomial_budget, normalize_checkpoint, schedule, split, t_value
 from .typecheck import type_of, wrt_inputs as _wrt
 
 
@@ -233,7 +233,7 @@ class _Reverse:
 
         s0 = lp.pre(values, sizes)
         lp.invariants(values, sizes, T)
-        policy = sp.checkpoint if policy is None else policy
+        policy = sp.checkpoint if policy is None else normalize_checkpoint(policy)
         if T == 0:
             value, ds = finish(s0)
         else:
@@ -442,7 +442,7 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
 
     xs, _ = _wrt(wrt)
     sp = split(loss, "adjoint cost")
-    policy = sp.checkpoint if policy is None else policy
+    policy = sp.checkpoint if policy is None else normalize_checkpoint(policy)
     T = sp.steps.evaluate(sizes)
 
     def c(prog, **extra):

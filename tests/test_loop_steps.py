@@ -223,3 +223,14 @@ def test_threads_run_the_parallel_step_programs():
     assert gk2 == pytest.approx(gk1, rel=1e-12) and v2 == pytest.approx(v1, rel=1e-13)
     k2 = tl.compile(loss, threads=2)
     assert k2.program.threads == 2 and k2(**d) == pytest.approx(v1, rel=1e-13)
+
+
+def test_checkpoint_option_of_grad_is_normalized():
+    # grad(..., checkpoint="binomial") overrides the loop's own policy, spelled as tl.loop accepts it
+    from tensorlang.loop_autodiff import grad
+
+    d = _data(5, 34)
+    loss, ins = heat("all")
+    want = grad(loss, [ins["u0"]])(**d)
+    for ck in ("binomial", 4, ("binomial", 2)):
+        np.testing.assert_array_equal(grad(loss, [ins["u0"]], checkpoint=ck)(**d), want)
