@@ -13,14 +13,20 @@ so the existing passes differentiate it and the backend compiles it:
   ``D^T⟦body⟧`` (Figs. 14-16) with respect to the state and the inputs; the
   reverse sweep runs it for ``t = T-1 … 0`` on states restored or recomputed
   by the checkpoint schedule (``loops.schedule``), and the inputs'
-  cotangents accumulate across steps;
+  cotangents accumulate across steps; both sweeps run as Numba step
+  programs over the schedule's instruction table where they apply
+  (backend/loop_kernel.py), else as validated calls per step;
 * ``compile``: the three kernels, the body called ``T`` times with ``T`` a
   runtime value (kernel size and compile time do not depend on ``T``).
 
+The body's loop-invariant terms (``loops.hoist_invariants``) are computed
+once; their cotangents accumulate over the steps like an input's and are
+pulled back through the terms' adjoints once, after the reverse sweep.
+
 The cost of the reverse sweep is certified per policy by
-:func:`adjoint_cost`: ``cost(pre^T) + T·cost(body^T) + R·cost(body) +
-cost(post^T)`` with ``R`` the schedule's recomputed steps, and the peak
-number of stored states.
+:func:`adjoint_cost`: ``cost(pre^T) + cost(inv^T) + T·cost(body^T) +
+R·cost(body) + cost(post^T)`` with ``R`` the schedule's recomputed steps,
+and the peak number of stored states.
 """
 
 from __future__ import annotations

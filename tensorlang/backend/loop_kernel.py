@@ -8,9 +8,11 @@ size and compile time do not depend on ``T``.
 A whole sweep runs in one Numba call (section "Step programs" below): the
 checkpoint schedule becomes a table of instructions, run by a loop compiled
 next to a variant of the body's kernel that writes into a buffer it is
-given, so the state is double-buffered and no step allocates or returns to
-Python.  The inputs are validated once (names, shapes, sizes, finiteness).
-Where this does not apply (a scalar or pair-valued state, float32 inputs,
+given, so the state (a tensor or nested pairs of tensors: one buffer set
+per leaf) is double-buffered and no step allocates or returns to Python.
+The inputs are validated once (names, shapes, sizes, finiteness).  With
+``threads=k`` (k > 1) the programs call the kernels' parallel variants.
+Where this does not apply (a scalar leaf in the state, float32 inputs,
 relation data, a kernel whose proof needs positive sizes, runs shorter than
 ``DRIVER_MIN_STEPS``) the steps run as validated calls from Python, one per
 step, with the same operations.
@@ -27,9 +29,9 @@ from ..loops import Split, split, t_value
 from ..typecheck import check_program
 
 
-# A driver is compiled (seconds, once per body kernel: then Numba's disk
-# cache) only for runs of at least this many steps; shorter runs are
-# cheaper as per-step validated calls.
+# The step programs are compiled (seconds, once per body kernel: then
+# Numba's disk cache) only for runs of at least this many steps; shorter
+# runs are cheaper as per-step validated calls.
 DRIVER_MIN_STEPS = 32
 
 
@@ -515,7 +517,7 @@ def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: s
 
 def kernel_args(spec, values: dict, sizes: dict, t_size):
     """The float64 kernel's arguments (``api.Kernel._run``'s order), or None
-    where a driver does not apply (float32, sizes a proof needs positive)."""
+    where a step program does not apply (float32, sizes a proof needs positive)."""
     if spec.get("needs_positive_sizes") and any(sizes.get(n, 1) < 1 for n in spec["sizes"] if n != t_size):
         return None
     vals = {k: values[k] for k, _, _ in spec["inputs"]}
