@@ -246,6 +246,50 @@ print(json.dumps({"T": T, "build_compile_s": t1 - t0, "first_calls_n8_s": t2 - t
 """
 
 
+_MEMORY_CHILD = """
+import json, resource, sys
+import numpy as np
+from benchmarks.heat import data, program
+which, n, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d = data({"n": n, "T": T}, np.random.default_rng(0))
+if which == "jax":
+    import jax, jax.numpy as jnp
+    from benchmarks.heat import jax_spec
+    jax.config.update("jax_enable_x64", True)
+    loss, args, argnums, _ = jax_spec(d)
+    args = [jnp.asarray(a) for a in args]
+    g = jax.jit(jax.grad(loss, argnums=argnums)).lower(*args).compile()  # compiled ahead, not run
+    run = lambda: jax.block_until_ready(g(*args))
+else:
+    import tensorlang as tl
+    ck = "all" if which == "all" else int(which)
+    loss, ins = program("T", ck)
+    gr = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])
+    gr(**data({"n": 8, "T": T}, np.random.default_rng(1)))  # compiles the kernels (size-generic)
+    run = lambda: gr(**d)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+run()
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"method": which, "peak_rise_MB": (after - before) / 1024}))
+"""
+
+
+def measure_memory(n: int, T: int) -> list:
+    """The rise of the process's peak RSS during one gradient call (fresh
+    process each; kernels compiled beforehand): ``"all"``, ``k = √T`` and
+    JAX ``fori_loop``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for which in ("all", str(max(1, math.isqrt(T))), "jax"):
+        r = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, which, str(n), str(T)], cwd=root,
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            out.append({"method": which, "error": r.stderr[-500:]})
+        else:
+            out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return out
+
+
 def measure_build(Ts=(10, 100, 10000)) -> list:
     """Build + compile time of the primal and the gradient in a fresh process
     with a fresh kernel cache, ``T`` an int constant of the program.  Runs of
@@ -272,12 +316,15 @@ def main(argv=None) -> int:
     p.add_argument("--T", type=int)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-build", action="store_true", help="skip the build-time measurement")
+    p.add_argument("--memory", action="store_true", help="also the peak memory of one gradient call (fresh processes)")
     a = p.parse_args(argv)
     n = a.n or (32 if a.quick else 256)
     T = a.T or (50 if a.quick else 1000)
     res = {"load_average": os.getloadavg(), "tensorlang": measure_policies(n, T, a.repeats),
            "jax": measure_jax(n, T, a.repeats)}
     res["load_average_after"] = os.getloadavg()
+    if a.memory:
+        res["memory"] = measure_memory(n, T)
     if not a.no_build:
         res["build"] = measure_build((10, 100) if a.quick else (10, 100, 10000))
     print(json.dumps(res, indent=1))
