@@ -7,9 +7,9 @@ the diffusivity ``κ``.
 
 Two uses:
 
-* ``WORKLOAD`` (registered in ``benchmarks/workloads.py``) runs in the common
-  runner (``python -m benchmarks --only heat``); ``T`` is a size passed with
-  the data;
+* ``workload_fields`` (registered in ``benchmarks/workloads.py``) runs in the
+  common runner (``python -m benchmarks --only heat``); ``T`` is a size passed
+  with the data; ``jax_spec`` is its JAX ``lax.fori_loop`` peer;
 * ``python -m benchmarks.heat [--quick]`` measures what the issue asks:
   gradient/primal time for ``checkpoint="all"`` and ``k = √T``, the stored
   states of each policy, build+compile time at ``T = 10`` and ``T = 10000``
@@ -96,6 +96,24 @@ def grad_ref(d) -> dict:
     return {"u0": g, "kappa": np.array(gk)}
 
 
+def jax_spec(d):
+    """``(loss, args, argnums, post)`` of the JAX peer (``baselines/jax_impl.py``): the same step under ``lax.fori_loop``."""
+    import jax
+    import jax.numpy as jnp
+
+    T = int(d["T"])
+
+    def lap(u):
+        p = jnp.pad(u, 1)
+        return p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:] - 4.0 * u
+
+    def loss(u0, kappa, z):
+        uT = jax.lax.fori_loop(0, T, lambda t, u: u + kappa * lap(u), u0)
+        return jnp.sum((uT - z) ** 2)
+
+    return loss, [d["u0"], d["kappa"], d["z"]], (0, 1), lambda g: {"u0": g[0], "kappa": g[1]}
+
+
 def workload_fields() -> dict:
     """The fields of the runner's ``Workload`` (built in workloads.py, which this module does not import)."""
     return dict(
@@ -113,14 +131,28 @@ def workload_fields() -> dict:
 # Standalone measurements
 
 
-def _best(fn, repeats: int) -> float:
+def _best(fn, repeats: int, clock=time.perf_counter) -> float:
     fn()
     best = math.inf
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return best
+
+
+def _times(fn, repeats: int) -> tuple:
+    """(best wall-clock seconds, median wall-clock, best CPU seconds of this
+    process): on the shared 2-core machine the wall clock includes time
+    slices given to other processes, the CPU time does not."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return min(wall), float(np.median(wall)), min(cpu)
 
 
 def measure_policies(n: int, T: int, repeats: int) -> dict:
@@ -140,11 +172,13 @@ def measure_policies(n: int, T: int, repeats: int) -> dict:
             err = max(float(np.abs(gu - want["u0"]).max() / max(1.0, np.abs(want["u0"]).max())),
                       abs(gk - float(want["kappa"])) / max(1.0, abs(float(want["kappa"]))))
             assert err < 1e-8, f"{name}: gradient differs from the NumPy reference by {err}"
-        tp = _best(lambda: f(**d), repeats)
-        tg = _best(lambda: g(**d), repeats)
+        tp, tpm, tpc = _times(lambda: f(**d), repeats)
+        tg, tgm, tgc = _times(lambda: g(**d), repeats)
         sc = schedule(loss_policy(ck), T)
-        out[name] = {"primal_s": tp, "grad_s": tg, "ratio": tg / tp, "stored_states": sc.slots,
-                     "recomputed_steps": sc.recomputed, "state_MB": n * n * 8 / 1e6}
+        out[name] = {"primal_s": tp, "grad_s": tg, "ratio": tg / tp,
+                     "primal_median_s": tpm, "grad_median_s": tgm,
+                     "primal_cpu_s": tpc, "grad_cpu_s": tgc, "ratio_cpu": tgc / tpc,
+                     "stored_states": sc.slots, "recomputed_steps": sc.recomputed, "state_MB": n * n * 8 / 1e6}
     return out
 
 
@@ -180,14 +214,15 @@ def measure_jax(n: int, T: int, repeats: int) -> dict:
     f = jax.jit(loss)
     g = jax.jit(jax.grad(loss, argnums=(0, 1)))
     gc = jax.jit(jax.grad(loss_ck, argnums=(0, 1)))
-    tp = _best(lambda: f(*args).block_until_ready(), repeats)
-    tg = _best(lambda: jax.block_until_ready(g(*args)), repeats)
+    tp, tpm, tpc = _times(lambda: f(*args).block_until_ready(), repeats)
+    tg, tgm, tgcpu = _times(lambda: jax.block_until_ready(g(*args)), repeats)
     tgc = _best(lambda: jax.block_until_ready(gc(*args)), repeats)
     want = grad_ref(d) if n * n * T <= 256 * 256 * 1000 else None
     if want is not None:
         gu = np.asarray(g(*args)[0])
         assert np.abs(gu - want["u0"]).max() < 1e-8 * max(1.0, np.abs(want["u0"]).max())
     return {"primal_s": tp, "grad_s": tg, "ratio": tg / tp, "grad_remat_step_s": tgc,
+            "primal_median_s": tpm, "grad_median_s": tgm, "primal_cpu_s": tpc, "grad_cpu_s": tgcpu,
             "stored_states_fori_loop": T, "note": "jax.grad of fori_loop keeps every step's residuals (T states)"}
 
 
@@ -211,9 +246,56 @@ print(json.dumps({"T": T, "build_compile_s": t1 - t0, "first_calls_n8_s": t2 - t
 """
 
 
-def measure_build(Ts=(10, 10000)) -> list:
+_MEMORY_CHILD = """
+import json, resource, sys
+import numpy as np
+from benchmarks.heat import data, program
+which, n, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d = data({"n": n, "T": T}, np.random.default_rng(0))
+if which == "jax":
+    import jax, jax.numpy as jnp
+    from benchmarks.heat import jax_spec
+    jax.config.update("jax_enable_x64", True)
+    loss, args, argnums, _ = jax_spec(d)
+    args = [jnp.asarray(a) for a in args]
+    g = jax.jit(jax.grad(loss, argnums=argnums)).lower(*args).compile()  # compiled ahead, not run
+    run = lambda: jax.block_until_ready(g(*args))
+else:
+    import tensorlang as tl
+    ck = "all" if which == "all" else int(which)
+    loss, ins = program("T", ck)
+    gr = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])
+    gr(**data({"n": 8, "T": T}, np.random.default_rng(1)))  # compiles the kernels (size-generic)
+    run = lambda: gr(**d)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+run()
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"method": which, "peak_rise_MB": (after - before) / 1024}))
+"""
+
+
+def measure_memory(n: int, T: int) -> list:
+    """The rise of the process's peak RSS during one gradient call (fresh
+    process each; kernels compiled beforehand): ``"all"``, ``k = √T`` and
+    JAX ``fori_loop``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for which in ("all", str(max(1, math.isqrt(T))), "jax"):
+        r = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, which, str(n), str(T)], cwd=root,
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            out.append({"method": which, "error": r.stderr[-500:]})
+        else:
+            out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def measure_build(Ts=(10, 100, 10000)) -> list:
     """Build + compile time of the primal and the gradient in a fresh process
-    with a fresh kernel cache, ``T`` an int constant of the program."""
+    with a fresh kernel cache, ``T`` an int constant of the program.  Runs of
+    fewer than ``loop_kernel.DRIVER_MIN_STEPS`` (32) steps never compile the
+    Numba step programs (per-step calls are cheaper there), so T = 10 shows
+    the kernels alone and T = 100 vs 10000 the step programs' compile time."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = []
     for T in Ts:
@@ -234,12 +316,17 @@ def main(argv=None) -> int:
     p.add_argument("--T", type=int)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-build", action="store_true", help="skip the build-time measurement")
+    p.add_argument("--memory", action="store_true", help="also the peak memory of one gradient call (fresh processes)")
     a = p.parse_args(argv)
     n = a.n or (32 if a.quick else 256)
     T = a.T or (50 if a.quick else 1000)
-    res = {"tensorlang": measure_policies(n, T, a.repeats), "jax": measure_jax(n, T, a.repeats)}
+    res = {"load_average": os.getloadavg(), "tensorlang": measure_policies(n, T, a.repeats),
+           "jax": measure_jax(n, T, a.repeats)}
+    res["load_average_after"] = os.getloadavg()
+    if a.memory:
+        res["memory"] = measure_memory(n, T)
     if not a.no_build:
-        res["build"] = measure_build((10, 100) if a.quick else (10, 10000))
+        res["build"] = measure_build((10, 100) if a.quick else (10, 100, 10000))
     print(json.dumps(res, indent=1))
     return 0
 

@@ -399,7 +399,7 @@ def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads
     if has_loop(_as_expr_or_none(loss)):  # issue #17: loops are differentiated per part
         from . import loop_autodiff
 
-        return loop_autodiff.grad(loss, wrt, mode=_loop_mode(adj, lp))
+        return loop_autodiff.grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
@@ -423,7 +423,7 @@ def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=Non
     if has_loop(_as_expr_or_none(loss)):  # issue #17: loops are differentiated per part
         from . import loop_autodiff
 
-        return loop_autodiff.value_and_grad(loss, wrt, mode=_loop_mode(adj, lp))
+        return loop_autodiff.value_and_grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
@@ -455,7 +455,7 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
                                    "call the program for its value")
         from . import loop_autodiff
 
-        return loop_autodiff.vjp(expr, wrt, mode=_loop_mode(kind, lp), cotangent=cotangent)
+        return loop_autodiff.vjp(expr, wrt, mode=_loop_mode(kind, lp), cotangent=cotangent, threads=threads)
     check_program(expr)
     bounds.check_program(expr)
     xs, single = _wrt_list(wrt)

@@ -38,6 +38,8 @@ def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels:
     known, sizes = A.audit_sizes(expr, sizes)
     body_in = {v.name for v in input_vars(sp.body)}
     body_wrt = [sp.state.name] + [v.name for v in wrt_vars if v.name in body_in]
+    # hoisted loop-invariant terms (loops.hoist_invariants) of the wrt inputs: inputs of the body too
+    body_wrt += [v.name for v, e in sp.hoisted if v.name in body_in and set(input_vars(e)) & set(wrt_vars)]
     body_sizes = {k: v for k, v in sizes.items() if k in {s.name for s in size_vars(sp.body)}}
     if sp.t_size is not None:
         body_sizes[sp.t_size.name] = t_value(0)

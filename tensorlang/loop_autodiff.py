@@ -13,14 +13,20 @@ so the existing passes differentiate it and the backend compiles it:
   ``D^T⟦body⟧`` (Figs. 14-16) with respect to the state and the inputs; the
   reverse sweep runs it for ``t = T-1 … 0`` on states restored or recomputed
   by the checkpoint schedule (``loops.schedule``), and the inputs'
-  cotangents accumulate across steps;
+  cotangents accumulate across steps; both sweeps run as Numba step
+  programs over the schedule's instruction table where they apply
+  (backend/loop_kernel.py), else as validated calls per step;
 * ``compile``: the three kernels, the body called ``T`` times with ``T`` a
   runtime value (kernel size and compile time do not depend on ``T``).
 
+The body's loop-invariant terms (``loops.hoist_invariants``) are computed
+once; their cotangents accumulate over the steps like an input's and are
+pulled back through the terms' adjoints once, after the reverse sweep.
+
 The cost of the reverse sweep is certified per policy by
-:func:`adjoint_cost`: ``cost(pre^T) + T·cost(body^T) + R·cost(body) +
-cost(post^T)`` with ``R`` the schedule's recomputed steps, and the peak
-number of stored states.
+:func:`adjoint_cost`: ``cost(pre^T) + cost(inv^T) + T·cost(body^T) +
+R·cost(body) + cost(post^T)`` with ``R`` the schedule's recomputed steps,
+and the peak number of stored states.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import numpy as np
 from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Var, input_vars, size_vars
 from .backend.loop_kernel import LoopProgram, Part as _Part
-from .loops import binomial_budget, schedule, split, t_value
+from .loops import binomial_budget, normalize_checkpoint, schedule, split, t_value
 from .typecheck import type_of, wrt_inputs as _wrt
 
 
@@ -101,17 +107,42 @@ class _Reverse:
             return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
 
         self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
-        self.body_vjp = vjp_part(sp.body, [sp.state] + xs, self.dstate) if lp.body is not None else (None, [])
+        # hoisted loop-invariant terms that depend on xs: the body's adjoint
+        # accumulates their cotangents over the steps, pulled back once after
+        hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
+        self.hoisted = [v for v, _ in hs]
+        self.body_vjp = vjp_part(sp.body, [sp.state] + xs + self.hoisted, self.dstate) if lp.body is not None else (None, [])
+        self.inv_vjp = [(v, fresh("d" + v.name)) for v, _ in hs]
+        self.inv_vjp = [(v, c, vjp_part(e, xs, c)) for (v, c), (_, e) in zip(self.inv_vjp, hs)]
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
 
-    def _reverse_driver(self):
-        if not hasattr(self, "_rdrv"):
-            from .backend.loop_kernel import ReverseDriver
+    def _reverse_program(self):
+        """The body adjoint's step kernel with ``rev_prog`` (backend/loop_kernel.py), or None."""
+        if not hasattr(self, "_rprog"):
+            from .backend.loop_kernel import reverse_program
 
             part, wrt = self.body_vjp
             ok = part not in (None, "identity") and wrt[0] is self.lp.sp.state
-            self._rdrv = ReverseDriver.build(part, self.lp.sp, wrt, self.dstate) if ok else None
-        return self._rdrv
+            fwd = self.lp.step_program() if ok else None
+            self._rprog = reverse_program(part, fwd, self.lp.sp, wrt, self.dstate) if fwd is not None else None
+        return self._rprog
+
+    def _buffers(self, k: int, shape):
+        """State leaf ``k``'s checkpoint slots and two scratch states: one
+        float64 array, kept per thread for the next call of the same shape
+        (fresh memory costs page faults comparable to the sweep's arithmetic)."""
+        import threading
+
+        if not hasattr(self, "_pool"):
+            self._pool = threading.local()
+        pool = getattr(self._pool, "bufs", None)
+        if pool is None:
+            pool = self._pool.bufs = {}
+        got = pool.get(k)
+        if got is None or got.shape != shape:
+            pool[k] = None  # the old buffer goes first
+            got = pool[k] = np.empty(shape)
+        return got
 
     @staticmethod
     def _run(part_wrt, values, sizes, cot_name, cot):
@@ -123,13 +154,74 @@ class _Reverse:
         values[cot_name] = cot
         return dict(zip((w.name for w in wrt), _unpack(part(values, sizes), len(wrt))))
 
+    def _sweeps(self, values, sizes, s0, policy, sch, T, finish, acc):
+        """(value, the initial state's cotangent) with both sweeps in Numba
+        (``fwd_prog`` up to the final state, ``rev_prog`` after it, over the
+        schedule's table), or None where the step programs do not apply."""
+        from .backend import loop_kernel as LK
+
+        lp, sp = self.lp, self.lp.sp
+        got = lp.table_args(values, sizes, s0) if T >= LK.DRIVER_MIN_STEPS else None
+        rp = self._reverse_program() if got is not None else None
+        if rp is None:
+            return None
+        s0l, fargs = got
+        leaves = LK.state_leaves(sp.state.type)
+        ph = LK.build_value(sp.state.type, list(s0l))  # placeholders: the programs pass their own leaves
+        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, self.dstate: ph}, sizes, LK.t_name(sp))
+        if rargs is None:
+            return None
+        fcode, rcode, final = _tables(policy, T, sch)
+        bufs = [self._buffers(k, (sch.slots + 2,) + x.shape) for k, x in enumerate(s0l)]
+        lp.step_program().run("fwd_prog", lp.threads, fcode, *s0l, *bufs, *fargs)
+        # (the buffers are reused: the value must not be one)
+        value, ds = finish(LK.build_value(sp.state.type, [b[final].copy() for b in bufs]))
+        # carried and overwritten: private copies
+        dsl = [np.array(LK.leaf(ds, p), dtype=np.float64, order="C") for p, _ in leaves]
+        xs_ = rdrv_xs(self)
+        # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
+        accs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
+        accs = [np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a) for a in accs]
+        out = rp.run("rev_prog", lp.threads, rcode, *s0l, *bufs, *dsl, *[np.empty_like(x) for x in dsl], *accs,
+                     *fargs, *rargs)
+        L = len(leaves)
+        for x, a in zip(xs_, out[L:]):
+            acc[x.name] = float(a) if np.ndim(a) == 0 else a
+        return value, LK.build_value(sp.state.type, list(out[:L]))
+
+    def _steps(self, values, sizes, s0, sch, finish, add):
+        """(value, the initial state's cotangent): the schedule's actions one
+        by one from Python, each step a validated call."""
+        lp, sp = self.lp, self.lp.sp
+        slots: dict = {}
+        cur, ds, value = s0, None, None
+        for a in sch.actions:
+            op = a[0]
+            if op == "advance":
+                cur = lp.advance(values, sizes, cur, a[1], a[2])
+            elif op == "store":
+                slots[a[1]] = cur  # kernels return fresh arrays: no copy needed
+            elif op == "restore":
+                cur = slots[a[1]]
+            elif op == "final":
+                value, ds = finish(cur)
+            else:  # reverse step t at state cur
+                t = a[1]
+                values[sp.state.name] = cur
+                sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
+                got = self._run(self.body_vjp, values, sz, self.dstate, ds)
+                nds = got.pop(sp.state.name, None)
+                add(got)
+                ds = nds if nds is not None else _tzeros(sp.state.type, sizes)
+        return value, ds
+
     def __call__(self, inputs: dict, cot, policy=None):
         """(value, cotangents of xs) for the output cotangent ``cot``."""
         lp, sp = self.lp, self.lp.sp
         sizes = lp.sizes(inputs)
         T = lp.steps(sizes)
         values = dict(inputs)
-        acc = {x.name: None for x in self.xs}
+        acc = {x.name: None for x in self.xs + self.hoisted}
 
         def add(d):
             for k, v in d.items():
@@ -146,71 +238,20 @@ class _Reverse:
             return value, (_tzeros(sp.state.type, sizes) if ds is None else ds)
 
         s0 = lp.pre(values, sizes)
-        policy = sp.checkpoint if policy is None else policy
-        ds = None
+        lp.invariants(values, sizes, T)
+        policy = sp.checkpoint if policy is None else normalize_checkpoint(policy)
         if T == 0:
-            sT = s0
+            value, ds = finish(s0)
         else:
             sch = schedule(policy, T)
-            acts = sch.actions
-            # float64 tensor states live in one preallocated checkpoint buffer,
-            # and runs of steps go to the Numba drivers (backend/loop_kernel.py)
-            fast = isinstance(s0, np.ndarray) and s0.dtype == np.float64 and s0.ndim > 0
-            slots = np.empty((sch.slots,) + s0.shape) if fast else {}
-            from .backend import loop_kernel
-
-            fast = fast and T >= loop_kernel.DRIVER_MIN_STEPS
-            fwd = lp.driver() if fast else None
-            rdrv = self._reverse_driver() if fast else None
-            cur = s0
-            sT = None
-            i = 0
-            while i < len(acts):
-                a = acts[i]
-                op = a[0]
-                if op == "store" and fwd is not None:
-                    m = _run_length(acts, i, lambda q: (("store", a[1] + q, a[2] + q), ("advance", a[2] + q, a[2] + q + 1)))
-                    if m >= 2:
-                        values[sp.state.name] = cur
-                        got = fwd.run(values, sizes, a[2], a[2] + m, slots, a[1])
-                        if got is not None:
-                            cur = got
-                            i += 2 * m
-                            continue
-                if op == "restore" and rdrv is not None and ds is not None:
-                    m = _run_length(acts, i, lambda q: (("restore",) + acts[i + 2 * q][1:], ("reverse", acts[i + 2 * q][2])))
-                    if m >= 2:
-                        ts = [acts[i + 2 * q + 1][1] for q in range(m)]
-                        sl = [acts[i + 2 * q][1] for q in range(m)]
-                        # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
-                        xs_ = rdrv_xs(self)
-                        zs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
-                        got = rdrv.run(values, sizes, ts, sl, slots, ds, zs)
-                        if got is not None:
-                            ds = got[0]
-                            acc.update(zip((x.name for x in xs_), got[1]))
-                            i += 2 * m
-                            continue
-                i += 1
-                if op == "advance":
-                    cur = lp.advance(values, sizes, cur, a[1], a[2])
-                elif op == "store":
-                    slots[a[1]] = cur  # a copy into the buffer, or (dict) the kernel's fresh array
-                elif op == "restore":
-                    cur = slots[a[1]]
-                elif op == "final":
-                    sT = cur
-                    value, ds = finish(sT)
-                else:  # reverse step t at state cur
-                    t = a[1]
-                    values[sp.state.name] = cur
-                    sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
-                    got = self._run(self.body_vjp, values, sz, self.dstate, ds)
-                    nds = got.pop(sp.state.name, None)
-                    add(got)
-                    ds = nds if nds is not None else _tzeros(sp.state.type, sizes)
-        if T == 0:
-            value, ds = finish(sT)
+            got = self._sweeps(values, sizes, s0, policy, sch, T, finish, acc)
+            if got is None:
+                value, ds = self._steps(values, sizes, s0, sch, finish, add)
+            else:
+                value, ds = got
+        for v, c, part in self.inv_vjp:  # the hoisted terms' cotangents, pulled back once
+            if acc[v.name] is not None:
+                add(self._run(part, values, sizes, c, acc[v.name]))
         add(self._run(self.pre_vjp, values, sizes, self.dstate, ds))
         out = []
         for x in self.xs:
@@ -249,10 +290,26 @@ def derivative(prog, wrt):
     return out
 
 
-def _program(expr, stage, mode):
+def _program(expr, stage, mode, threads=None):
     from .backend.api import compile as tl_compile
 
-    return LoopProgram(expr, stage, mode, tl_compile)
+    return LoopProgram(expr, stage, mode, tl_compile, threads)
+
+
+_TABLES: dict = {}
+
+
+def _tables(policy, T: int, sch):
+    """``loop_kernel.compile_schedule`` of a policy at ``T`` steps, remembered (a few entries)."""
+    from .backend.loop_kernel import compile_schedule
+
+    key = (policy, T)
+    got = _TABLES.get(key)
+    if got is None:
+        if len(_TABLES) > 32:
+            _TABLES.clear()
+        got = _TABLES[key] = compile_schedule(sch, T)
+    return got
 
 
 def rdrv_xs(rev: _Reverse) -> list:
@@ -260,27 +317,13 @@ def rdrv_xs(rev: _Reverse) -> list:
     return rev.body_vjp[1][1:]
 
 
-def _run_length(acts: list, i: int, pattern) -> int:
-    """How many consecutive action pairs from ``i`` equal ``pattern(q)``, q = 0, 1, …"""
-    m = 0
-    while i + 2 * m + 1 < len(acts):
-        try:
-            want = pattern(m)
-        except (IndexError, TypeError):
-            break
-        if acts[i + 2 * m] != want[0] or acts[i + 2 * m + 1] != want[1]:
-            break
-        m += 1
-    return m
-
-
-def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
+def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
     if type_of(loss) is not REAL:
         raise TensorLangError(
             f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
         )
     xs, single = _wrt(wrt)
-    rev = _Reverse(_program(loss, "grad", mode), xs, _cot_name(loss))
+    rev = _Reverse(_program(loss, "grad", mode, threads), xs, _cot_name(loss))
 
     def g(**inputs):
         _, gs = rev(inputs, 1.0, checkpoint)
@@ -290,8 +333,8 @@ def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
     return g
 
 
-def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
-    g = grad(loss, wrt, mode=mode, checkpoint=checkpoint)
+def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
+    g = grad(loss, wrt, mode=mode, checkpoint=checkpoint, threads=threads)
     rev = g.loop_program
     single = not isinstance(wrt, (list, tuple))
 
@@ -303,11 +346,11 @@ def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None):
     return vg
 
 
-def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None):
+def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None, threads=None):
     xs, single = _wrt(wrt)
     if cotangent in {v.name for v in input_vars(expr)}:
         raise TensorLangError(f"the cotangent name {cotangent!r} is already an input of the program; pass cotangent=...")
-    rev = _Reverse(_program(expr, "vjp", mode), xs, cotangent)
+    rev = _Reverse(_program(expr, "vjp", mode, threads), xs, cotangent)
 
     def f(**inputs):
         if cotangent not in inputs:
@@ -351,7 +394,9 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
         return _Part(derivative(prog, wrt_), mode, lp.compile_fn)
 
     dpre = dpart(sp.pre, xs)
-    dbody = dpart(sp.body, [sp.state] + xs) if lp.body is not None else None
+    hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
+    dinv = [(v, dpart(e, xs)) for v, e in hs]  # the hoisted terms' tangents, computed once
+    dbody = dpart(sp.body, [sp.state] + xs + [v for v, _ in hs]) if lp.body is not None else None
     dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
         if n in {v.name for v in input_vars(expr)}:
@@ -373,6 +418,10 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
         values = dict(inputs)
         s = lp.pre(values, sizes)
         ds = run(dpre, sp.pre, values, sizes, sp.state.type)
+        lp.invariants(values, sizes, lp.steps(sizes))
+        for v, part in dinv:
+            if lp.steps(sizes) > 0:
+                values["d" + v.name] = run(part, v, values, sizes, v.type)
         for t in range(lp.steps(sizes)):
             values[dstate] = ds
             sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
@@ -399,7 +448,7 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
 
     xs, _ = _wrt(wrt)
     sp = split(loss, "adjoint cost")
-    policy = sp.checkpoint if policy is None else policy
+    policy = sp.checkpoint if policy is None else normalize_checkpoint(policy)
     T = sp.steps.evaluate(sizes)
 
     def c(prog, **extra):
@@ -414,11 +463,14 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
         return c(adjoint(prog, wrt_, cotangent="_loop_cot"))
 
     tsz = {sp.t_size.name: t_value(0)} if sp.t_size is not None else {}
-    body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + xs)
-    primal = c(sp.pre) + T * body + c(sp.post)
+    hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if T else []
+    body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + xs + [v for v, _ in hs])
+    inv = sum(c(e) for _, e in sp.hoisted) if T else 0  # hoisted: once, not per step
+    primal = c(sp.pre) + inv + T * body + c(sp.post)
     sch = schedule(policy, T) if T else None
     rec = sch.recomputed if sch else 0
-    adj = primal + ct(sp.pre, xs) + T * body_t + rec * body + ct(sp.post, [sp.final] + xs)
+    adj = (primal + ct(sp.pre, xs) + T * body_t + rec * body + ct(sp.post, [sp.final] + xs)
+           + sum(ct(e, xs) for _, e in hs))
     out = {
         "policy": policy if not (isinstance(policy, tuple) and policy[1] is None) else ("binomial", binomial_budget(policy, T)),
         "primal": primal,

@@ -19,7 +19,8 @@ Stages (the node is ``ir.Loop``):
   :func:`split` cuts a program whose loop is at top level (not under a
   ``gen``/``sum``) into ``pre`` (computes ``init``), the ``body`` as its own
   program (the state an input, ``t`` a size), and ``post`` (consumes the
-  final state).  Each part is loop-free and goes through the existing
+  final state); the body's loop-invariant terms are hoisted out of it
+  (:func:`hoist_invariants`) and computed once.  Each part is loop-free and goes through the existing
   normal forms, derivatives, cost model and backend unchanged
   (``tensorlang.loop_autodiff`` drives them).
 
@@ -150,6 +151,7 @@ class Split:
     t_size: SizeVar | None
     post: Expr
     final: Var
+    hoisted: tuple = ()  # ((Var, Expr), …): loop-invariant work, computed once before the loop
 
     @property
     def checkpoint(self):
@@ -191,12 +193,75 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
     final = Var(_fresh_name(taken, "loop_final"), 0, lp.svar.type)
     state = Var(_fresh_name(taken, "loop_state"), 0, lp.svar.type)
     body = subst(lp.body, vals={lp.svar: state})
+    body, hoisted = hoist_invariants(body, state, taken | {final.name, state.name})
     t_size = None
     if lp.ivar in free_indices(body):
         t_size = SizeVar(_fresh_name(taken, "loop_t"))
         body = subst(body, idx={lp.ivar: sym_aff(t_size) - 1})
     post = _replace(expr, lp, final)
-    return Split(lp, lp.extent, lp.init, body, state, t_size, post, final)
+    return Split(lp, lp.extent, lp.init, body, state, t_size, post, final, hoisted)
+
+
+def _invariant(x, state: Var) -> bool:
+    """A closed term of the body that does arithmetic and depends neither on
+    the state nor on ``t`` (a free index), nor on a let-bound variable."""
+    from .ir import Add, Call, Const, Mul, Sum, TensorT, REAL, Rel
+
+    if isinstance(x, (Var, Const)) or free_indices(x):
+        return False
+    if any(v.uid != 0 or v is state for v in free_vars(x)):
+        return False
+    t = type_of(x)
+    while isinstance(t, TensorT):
+        t = t.elem
+    if t is not REAL:
+        return False  # pairs stay in the body
+    work = False
+    for y in walk(x):
+        if isinstance(y, (Loop, Rel)):
+            return False  # relation data and nested loops stay in the body
+        work = work or isinstance(y, (Add, Mul, Call, Sum))
+    return work
+
+
+def hoist_invariants(body: Expr, state: Var, taken: set):
+    """Loop-invariant code motion (issue #17 item 1): each maximal closed
+    term of ``body`` that does arithmetic and depends neither on the state
+    nor on ``t`` (``_invariant``; a coefficient ``exp(a)``, a norm
+    ``Σ w[i]²``) becomes an input ``loop_inv<k>`` of the body, computed once
+    before the loop.  Returns ``(body', ((Var, term), …))``; the terms are
+    programs of the loop program's inputs."""
+    found: dict = {}
+    memo: dict = {}
+    taken = set(taken)
+
+    def go(x):
+        if not isinstance(x, Expr):
+            return x
+        got = memo.get(x)
+        if got is not None:
+            return got
+        if _invariant(x, state):
+            v = found.get(x)
+            if v is None:
+                name = _fresh_name(taken, f"loop_inv{len(found)}")
+                taken.add(name)
+                v = found[x] = Var(name, 0, type_of(x))
+            got = v
+        else:
+            got = rebuild(x, (go_any(c) for c in children(x)))
+        memo[x] = got
+        return got
+
+    def go_any(c):
+        if isinstance(c, tuple):
+            return tuple(go_any(y) for y in c)
+        return go(c)
+
+    if _invariant(body, state):  # the whole body is invariant: nothing to gain, keep it
+        return body, ()
+    out = go(body)
+    return out, tuple((v, x) for x, v in found.items())
 
 
 def t_value(t: int) -> int:

@@ -112,7 +112,7 @@ def test_grad_matches_finite_differences():
 def test_every_checkpoint_policy_gives_identical_gradients(steps, monkeypatch):
     from tensorlang.backend import loop_kernel
 
-    monkeypatch.setattr(loop_kernel, "DRIVER_MIN_STEPS", 2)  # the Numba drivers at these small T
+    monkeypatch.setattr(loop_kernel, "DRIVER_MIN_STEPS", 2)  # the Numba step programs at these small T
     kw = data(steps=steps)
     grads = []
     for ck in POLICIES:
@@ -121,13 +121,12 @@ def test_every_checkpoint_policy_gives_identical_gradients(steps, monkeypatch):
     for g in grads[1:]:
         for x, y in zip(grads[0], g):
             np.testing.assert_array_equal(x, y)  # same operations on the same states: bit-identical
-    # ... and the same as the per-step validated calls (no Numba drivers)
+    # ... and the same as the per-step validated calls (no step programs)
     _, loss = loss_of(3)
     g = tl.grad(loss, wrt=[u0, a, f])
     g(**kw)
-    assert steps < 2 or g.loop_program._rdrv is not None
-    g.loop_program._rdrv = None
-    g.loop_program.lp._driver = None
+    assert steps < 2 or g.loop_program._rprog is not None
+    monkeypatch.setattr(loop_kernel, "DRIVER_MIN_STEPS", 10**9)
     for x, y in zip(grads[0], g(**kw)):
         np.testing.assert_array_equal(x, y)
 
@@ -267,10 +266,9 @@ def test_numba_driver_runs_the_steps_and_matches_per_step_calls(monkeypatch):
     L, loss = loss_of()
     kw = data(steps=9)
     k = tl.compile(L)
-    drv = k.program.driver()
-    assert drv is not None  # a tensor state, float64 inputs: one njit loop around the body kernel
+    assert k.program.step_program() is not None  # a tensor state, float64 inputs: one njit step program
     got = k(**kw)
-    k.program._driver = None  # the per-step validated calls
+    monkeypatch.setattr(loop_kernel, "DRIVER_MIN_STEPS", 10**9)  # the per-step validated calls
     np.testing.assert_array_equal(k(**kw), got)
     np.testing.assert_allclose(got, ref(kw["u0"], kw["a"], kw["f"]), rtol=1e-13)
     # float32 inputs: the float32 kernel, per step

@@ -5,18 +5,22 @@ and ``post``; each is compiled to its own kernel by ``tl.compile``, and the
 body's kernel runs ``T`` times with ``T`` a runtime value, so the kernels'
 size and compile time do not depend on ``T``.
 
-The steps run in one Numba driver per body kernel (:class:`Driver`):
-``for t in range(t0, t1): s = body(sizes…, inputs…, s)`` compiled with
-``njit`` around the body's own ``njit`` kernel (Numba calls one from the
-other without leaving machine code), ``T`` and ``t`` runtime arguments.
-The first step goes through the kernel's validated call (names, shapes,
-sizes, finiteness of the inputs); the driver then repeats the same call.
-Where the driver does not apply (a pair-valued state, float32 inputs,
-relation data, a kernel whose proof needs positive sizes) the steps run
-as validated calls from Python, one per step, with the same results.
+A whole sweep runs in one Numba call (section "Step programs" below): the
+checkpoint schedule becomes a table of instructions, run by a loop compiled
+next to a variant of the body's kernel that writes into a buffer it is
+given, so the state (a tensor or nested pairs of tensors: one buffer set
+per leaf) is double-buffered and no step allocates or returns to Python.
+The inputs are validated once (names, shapes, sizes, finiteness).  With
+``threads=k`` (k > 1) the programs call the kernels' parallel variants.
+Where this does not apply (a scalar leaf in the state, float32 inputs,
+relation data, a kernel whose proof needs positive sizes, runs shorter than
+``DRIVER_MIN_STEPS``) the steps run as validated calls from Python, one per
+step, with the same operations.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -25,9 +29,9 @@ from ..loops import Split, split, t_value
 from ..typecheck import check_program
 
 
-# A driver is compiled (seconds, once per body kernel: then Numba's disk
-# cache) only for runs of at least this many steps; shorter runs are
-# cheaper as per-step validated calls.
+# The step programs are compiled (seconds, once per body kernel: then
+# Numba's disk cache) only for runs of at least this many steps; shorter
+# runs are cheaper as per-step validated calls.
 DRIVER_MIN_STEPS = 32
 
 
@@ -59,8 +63,10 @@ class Part:
 class LoopProgram:
     """A loop program's parts, its sizes and its compiled primal."""
 
-    def __init__(self, expr, stage: str, mode: str, compile_fn):
+    def __init__(self, expr, stage: str, mode: str, compile_fn, threads=None):
         from .. import bounds
+
+        self.threads = threads  # None or 1: serial step programs; k > 1: their parallel variants
 
         check_program(expr)
         self.constraints = bounds.check_program(expr)
@@ -74,6 +80,15 @@ class LoopProgram:
         never = self.sp.steps.is_const and self.sp.steps.const == 0
         self.body = None if never else Part(self.sp.body, mode, compile_fn)
         self.post = Part(self.sp.post, mode, compile_fn)
+        # the body's loop-invariant terms (loops.hoist_invariants), each its own kernel
+        self.inv = [] if never else [(v, Part(e, mode, compile_fn)) for v, e in self.sp.hoisted]
+
+    def invariants(self, values: dict, sizes: dict, T: int) -> None:
+        """The hoisted terms' values into ``values``, once, when the body runs
+        (at ``T = 0`` a term may even read out of range: the body never does)."""
+        if T > 0:
+            for v, part in self.inv:
+                values[v.name] = part(values, sizes)
 
     def sizes(self, inputs: dict) -> dict:
         from .. import bounds
@@ -93,113 +108,416 @@ class LoopProgram:
         return part(values, sizes)
 
     def advance(self, values: dict, sizes: dict, s, t0: int, t1: int):
-        """The state after steps ``t0 … t1-1`` from ``s`` (``s_t0``)."""
-        if t1 <= t0:
-            return s
-        s = self._step(self.body, values, sizes, s, t0)  # validated
-        if t1 == t0 + 1:
-            return s
-        drv = self.driver() if t1 - t0 - 1 >= DRIVER_MIN_STEPS else None
-        if drv is not None:
-            values[self.sp.state.name] = s
-            got = drv.run(values, sizes, t0 + 1, t1)
-            if got is not None:
-                return got
-        for t in range(t0 + 1, t1):
+        """The state after steps ``t0 … t1-1`` from ``s`` (``s_t0``), one validated call per step."""
+        for t in range(t0, t1):
             s = self._step(self.body, values, sizes, s, t)
         return s
 
-    def driver(self):
-        if not hasattr(self, "_driver"):
-            self._driver = Driver.build(self.body, self.sp)
-        return self._driver
+    def step_program(self):
+        """The body's :class:`StepKernel` with ``fwd_prog``, or None (built once)."""
+        if not hasattr(self, "_steps"):
+            self._steps = None if self.body is None else forward_program(self.body, self.sp)
+        return self._steps
+
+    def table_args(self, values: dict, sizes: dict, s0):
+        """``(the initial state's leaves as float64 arrays, the body kernel's
+        arguments)`` for a step program, or None where it does not apply
+        (float32, a scalar leaf, sizes a proof needs positive).  The inputs'
+        finiteness is checked here, as the first validated call would."""
+        from .dispatch import check_finite, finite_checks
+
+        fp = self.step_program()
+        if fp is None:
+            return None
+        leaves = [leaf(s0, p) for p, _ in state_leaves(self.sp.state.type)]
+        if not all(isinstance(x, np.ndarray) and x.ndim > 0 and x.dtype == np.float64 for x in leaves):
+            return None
+        vals = {**values, self.sp.state.name: s0}
+        args = kernel_args(fp.base, vals, sizes, t_name(self.sp))
+        if args is None:
+            return None
+        check_finite(vals, finite_checks(self.sp.body, vals))
+        return [np.ascontiguousarray(x) for x in leaves], args
 
     def forward(self, inputs: dict):
         sizes = self.sizes(inputs)
         values = dict(inputs)
-        s = self.advance(values, sizes, self.pre(values, sizes), 0, self.steps(sizes))
+        s0 = self.pre(values, sizes)
+        T = self.steps(sizes)
+        self.invariants(values, sizes, T)
+        got = self.table_args(values, sizes, s0) if T >= DRIVER_MIN_STEPS else None
+        if got is not None:
+            # the whole run in one Numba call, alternating between two buffers per leaf
+            s0l, args = got
+            code, loc = forward_table(T)
+            bufs = [np.empty((2,) + x.shape) for x in s0l]
+            self.step_program().run("fwd_prog", self.threads, code, *s0l, *bufs, *args)
+            s = build_value(self.sp.state.type, [b[loc] for b in bufs])
+        else:
+            s = self.advance(values, sizes, s0, 0, T)
         values[self.sp.final.name] = s
         return self.post(values, sizes)
 
     __call__ = forward
 
 
-def _jit(var, name: str, src: str):
-    """The driver ``name`` defined by ``src`` (calling ``body``), compiled in one
-    module with the body kernel's own source and kept in the kernel cache
-    (Numba's on-disk cache then holds its machine code: later processes load
-    it instead of compiling).  A float64 variant without a cache key (the
-    plain-Python test kernels) gets no driver."""
-    import hashlib
+# --------------------------------------------------------------------------
+# Step programs: the whole sweep in one Numba call (issue #17 item 3)
+#
+# A schedule (``loops.schedule``) is compiled once per (policy, T) into an
+# int64 table of instructions over numbered state buffers: slots ``0 … S-1``
+# (the checkpoints), two scratch buffers ``S`` and ``S+1``, and ``IN``
+# (-1: the initial state, only read).  ``FWD t src dst``: one step of the
+# body from buffer ``src`` into ``dst``; ``COPY src dst``; ``REV t src``: one
+# adjoint step at the state in ``src``.  The body's kernel writes into the
+# buffer it is given (:func:`out_buffer_ir`), so no step allocates: the
+# primal alternates between the two scratch buffers, and a step whose result
+# is stored next writes straight into its checkpoint slot (``"all"`` stores
+# without a copy).  The table is run by ``fwd_prog`` / ``rev_prog``, loops
+# generated next to the body's and the adjoint's kernels: no Python per step.
 
-    from . import cache as _cache
-
-    if var.key is None:
-        return None
-    key = hashlib.sha256(f"{var.key}|loop-driver|{src}".encode()).hexdigest()[:40]
-    got = _cache.load(key)
-    if got is None:
-        text = (var.source + "\n\n# -- loop driver (tensorlang.backend.loop_kernel) --\nbody = kernel_serial\n\n"
-                "@numba.njit(**_OPTS)\n" + src)
-        mod = _cache.store(key, text, var.spec)
-    else:
-        mod = got[0]
-    return getattr(mod, name)
+IN = -1
+FWD, COPY, REV = 0, 1, 2
+STEP_VERSION = "s4-steps-2"  # in the step modules' cache keys
 
 
-class Driver:
-    """A Numba ``for t in range(t0, t1)`` loop around a body kernel (module doc)."""
+def compile_schedule(sch, T: int):
+    """``(forward table, reverse table, buffer of s_T)`` of a ``loops.Schedule``
+    (comment above); the tables are ``(m, 4)`` int64 arrays ``op, t, src, dst``."""
+    S = sch.slots
+    X, Y = S, S + 1
+    fwd: list = []
+    code = fwd
+    cur = IN
+    final = None
+    for a in sch.actions:
+        op = a[0]
+        if op == "store":
+            slot = a[1]
+            if cur == slot:
+                continue
+            last = code[-1] if code else None
+            if last is not None and last[0] == FWD and last[3] == cur and cur in (X, Y) and last[2] != slot:
+                last[3] = slot  # the step writes its result straight into the slot
+            else:
+                code.append([COPY, -1, cur, slot])
+            cur = slot
+        elif op == "restore":
+            cur = a[1]
+        elif op == "advance":
+            for t in range(a[1], a[2]):
+                dst = Y if cur == X else X
+                code.append([FWD, t, cur, dst])
+                cur = dst
+        elif op == "final":
+            final = cur
+            code = []
+            rev = code
+        else:
+            code.append([REV, a[1], cur, -1])
+    if final is None:
+        raise AssertionError("internal: a schedule without its final action")
+    tables = tuple(np.array(c, dtype=np.int64).reshape(-1, 4) for c in (fwd, rev))
+    return tables[0], tables[1], final
 
-    def __init__(self, fn, spec, state: str, t_size: str | None):
-        self.fn, self.spec, self.state, self.t_size = fn, spec, state, t_size
+
+@functools.lru_cache(maxsize=16)
+def forward_table(T: int):
+    """The primal's table: ``T`` steps from ``IN`` alternating between the
+    scratch buffers 0 and 1 (remembered: building it costs about a
+    microsecond per step; callers never write into it)."""
+    code = np.empty((T, 4), dtype=np.int64)
+    cur = IN
+    for t in range(T):
+        dst = 1 if cur == 0 else 0
+        code[t] = (FWD, t, cur, dst)
+        cur = dst
+    return code, cur
+
+
+def state_leaves(t, path=()):
+    """``[(path, TensorT)]``: the state's leaves (a tensor, or nested pairs of
+    tensors), or None when one is a scalar (no step program)."""
+    from ..ir import PairT
+
+    if isinstance(t, PairT):
+        a, b = state_leaves(t.fst, path + (0,)), state_leaves(t.snd, path + (1,))
+        return None if a is None or b is None else a + b
+    if isinstance(t, TensorT) and _rank(t) > 0:
+        return [(path, t)]
+    return None
+
+
+def leaf(v, path):
+    for k in path:
+        v = v[k]
+    return v
+
+
+def build_value(t, arrays: list, path=()):
+    """The (nested) state from its leaves' arrays, in ``state_leaves`` order."""
+    from ..ir import PairT
+
+    if isinstance(t, PairT):
+        return (build_value(t.fst, arrays), build_value(t.snd, arrays))
+    return arrays.pop(0)
+
+
+def result_leaves(tree, leaves):
+    """The result positions of the state's leaves in a kernel's output layout ``tree``, or None."""
+    out = []
+    for path, _ in leaves:
+        node = tree
+        for k in path:
+            if node[0] != "pair":
+                return None
+            node = node[1 + k]
+        if node[0] != "leaf":
+            return None
+        out.append(node[1])
+    return out
+
+
+def out_buffer_ir(ir, leaves):
+    """``(ir', buffer names, copied)``: ``ir`` with the array results at the
+    positions ``leaves`` written into caller-given buffers (pooled
+    allocations, arguments after the others); ``copied``: the positions (of
+    ``leaves``) whose result is an input, now returned as is for the caller
+    to copy into its buffer.  None when a result is neither (a packed
+    output), or two positions share one array."""
+    from dataclasses import replace
+
+    from .loopir import Alloc
+
+    top = {s.name: s for s in ir.body if isinstance(s, Alloc)}
+    names, copied, uncopy = [], [], set()
+    for j, k in enumerate(leaves):
+        r = ir.results[k]
+        if not isinstance(r, str) or r in names or r in uncopy:
+            return None
+        if r in ir.copies:
+            copied.append(j)
+            uncopy.add(r)
+        elif r in top and top[r].role == "output" and not top[r].pooled:
+            names.append(r)
+        else:
+            return None
+    swap = {nm: replace(top[nm], pooled=True) for nm in names}
+    body = [swap.get(s.name, s) if isinstance(s, Alloc) else s for s in ir.body]
+    allocs = [swap.get(a.name, a) for a in ir.allocs]
+    ir2 = replace(ir, args=list(ir.args) + names, allocs=allocs, body=body, copies=set(ir.copies) - uncopy)
+    return ir2, names, copied
+
+
+def _dims(t) -> list:
+    out = []
+    while isinstance(t, TensorT):
+        out.append([[[s.name, c] for s, c in t.extent.terms], t.extent.const])
+        t = t.elem
+    return out
+
+
+def _call(spec, names: dict, t_size, outs, prefix: str = "z"):
+    """``(parameters, call arguments)`` of a step kernel's call from a step
+    program: ``<prefix><k>`` for the arguments passed in (``spec``: the
+    kernel's own, without the output buffers), ``names`` replacing input
+    leaves by ``(name, path)``, ``t + 1`` for ``t_size``, then the output
+    buffers ``outs``."""
+    nsz = len(spec["sizes"])
+    params = [f"{prefix}{k}" for k in range(nsz + len(spec["inputs"]) + len(spec.get("temporaries", [])))]
+    args = list(params)
+    for k, nm in enumerate(spec["sizes"]):
+        if nm == t_size:
+            args[k] = "t + 1"  # loops.t_value
+    for k, (nm, path, _) in enumerate(spec["inputs"]):
+        if (nm, tuple(path)) in names:
+            args[nsz + k] = names[(nm, tuple(path))]
+    return params, args + list(outs)
+
+
+class StepKernel:
+    """A compiled part's float64 kernel writing the state's leaves into
+    caller-given buffers, in its own cache entry together with the loop that
+    runs an instruction table (``fwd_prog`` or ``rev_prog``)."""
+
+    def __init__(self, module, key: str, base: dict, spec2: dict):
+        self.module, self.key, self.base = module, key, base  # base: the kernel's own spec (no buffers)
+        # the state leaves the kernel writes into buffers, and those it returns as inputs (copied)
+        self.pooled, self.copied = spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"]
+        self.par = hasattr(module, "fwd_prog_par") or hasattr(module, "rev_prog_par")
+
+    def run(self, name: str, threads, *args):
+        """Run the step program ``name``: its parallel variant on ``threads``
+        (an int > 1, capped at Numba's pool; the kernels' gen loops
+        ``prange``, reductions in per-thread chunks: a given thread count
+        always gives the same result) when the kernel has one, else serial."""
+        if threads is None or threads <= 1 or not self.par:
+            return getattr(self.module, name)(*args)
+        import numba
+
+        k = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+        old = numba.get_num_threads()
+        numba.set_num_threads(k)
+        try:
+            return getattr(self.module, name + "_par")(*args, np.int64(k))
+        finally:
+            numba.set_num_threads(old)
 
     @classmethod
-    def build(cls, part: Part, sp: Split):
-        k = part.fn  # an api.Kernel (not imported: api imports this module)
-        if not hasattr(k, "variant") or k.python or not isinstance(sp.state.type, TensorT):
-            return None
-        var = k.variant("float64")
-        spec = var.spec
-        leaves = [tuple(x) for x in spec["inputs"]]
-        if (spec["relations"] or spec.get("dense_relations") or spec["outputs"] != ["leaf", 0]
-                or (sp.state.name, (), _rank(sp.state.type)) not in [(a, tuple(b), c) for a, b, c in leaves]
-                or any(a == sp.state.name and tuple(b) != () for a, b, _ in leaves)):
-            return None
-        args = [f"z{k}" for k in range(len(spec["sizes"]) + len(leaves) + len(spec.get("temporaries", [])))]
-        call = list(args)
-        for k, name in enumerate(spec["sizes"]):
-            if t_name(sp) == name:
-                call[k] = "t + 1"  # loops.t_value
-        for k, (name, _, _) in enumerate(leaves):
-            if name == sp.state.name:
-                call[len(spec["sizes"]) + k] = "s"
-        # one function for both sweeps (one Numba compilation): with store,
-        # s_t goes to buf[slot0 + t - t0] before each step (the "all" sweep)
-        src = (f"def drive(t0, t1, s, store, buf, slot0, {', '.join(args)}):\n"
-               f"    for t in range(t0, t1):\n"
-               f"        if store:\n"
-               f"            buf[slot0 + t - t0] = s\n"
-               f"        s = body({', '.join(call)})[0]\n"
-               f"    return s\n")
-        fn = _jit(var, "drive", src)
-        return None if fn is None else cls(fn, spec, sp.state.name, t_name(sp))
+    def build(cls, kernel, positions, leaves, make_src, imports: str = ""):
+        """``make_src(buffer positions, copied positions, par)`` gives the
+        program's source; ``par``: the variant calling ``kernel_parallel``
+        (its gen loops ``prange``), defined when the kernel has one."""
+        import hashlib
 
-    def run(self, values: dict, sizes: dict, t0: int, t1: int, buf=None, slot0: int = 0):
-        """``s_t1`` from ``values[state] = s_t0``, or None where the driver does not apply;
-        with ``buf``, ``s_t`` is also stored in ``buf[slot0 + t - t0]``."""
-        args = kernel_args(self.spec, values, sizes, self.t_size)
-        if args is None:
+        from . import cache as _cache
+        from .codegen import has_parallel, source
+
+        var = kernel.variant("float64")
+        spec = var.spec
+        if (var.key is None or spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
+                or spec.get("sparse_outputs") or spec.get("relation_orders")):
             return None
-        state = args[len(self.spec["sizes"]) + [n for n, _, _ in self.spec["inputs"]].index(self.state)]
-        store = buf is not None
-        if not store:
-            buf = np.empty((1,) + state.shape)  # not written (the same compiled signature)
-        return self.fn(np.int64(t0), np.int64(t1), state, store, buf, np.int64(slot0), *args)
+        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{positions}|{imports}|{make_src(None, None, False)}".encode())
+        key = key.hexdigest()[:40]
+        got = _cache.load(key)
+        if got is not None:
+            return None if got[1].get("loop_pooled_leaves") is None else cls(got[0], key, spec, got[1])
+        ir, _ = kernel.lowered()
+        made = out_buffer_ir(ir, positions)
+        spec2 = dict(spec)
+        if made is None:  # remembered: this kernel has no step form
+            spec2["loop_pooled_leaves"] = None
+            _cache.store(key, source(ir, "float64"), spec2)
+            return None
+        ir2, names, copied = made
+        pooled = [j for j in range(len(positions)) if j not in copied]
+        spec2["temporaries"] = list(spec.get("temporaries", [])) + [[nm, _dims(leaves[j][1])] for nm, j in zip(names, pooled)]
+        spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"] = pooled, list(copied)
+        text = (source(ir2, "float64") + imports + "\n# -- step program (tensorlang.backend.loop_kernel) --\n"
+                "@numba.njit(**_OPTS)\n" + make_src(pooled, copied, False))
+        if has_parallel(ir2):
+            text += "\n@numba.njit(**_OPTS)\n" + make_src(pooled, copied, True)
+        return cls(_cache.store(key, text, spec2), key, spec, spec2)
+
+
+def _usable(part) -> bool:
+    return part is not None and part not in ("identity",) and part.var is None and \
+        hasattr(part.fn, "variant") and not part.fn.python
+
+
+def _select(L: int, ind: str) -> list:
+    """The current state's leaves ``a<k>``: the initial state's or a buffer's."""
+    return ([f"{ind}if src < 0:"] + [f"{ind}    a{k} = s{k}" for k in range(L)] + [f"{ind}else:"]
+            + [f"{ind}    a{k} = bufs{k}[src]" for k in range(L)])
+
+
+def _copies(L: int, ind: str, src: str, dst: str) -> list:
+    return [line for k in range(L) for line in (f"{ind}b = {dst.format(k=k)}", f"{ind}b[...] = {src.format(k=k)}")]
+
+
+def forward_program(part: Part, sp: Split):
+    """The body's step kernel with ``fwd_prog(code, s…, bufs…, z…)`` (the
+    table's FWD and COPY instructions; one ``s``/``bufs`` per state leaf), or
+    None where it does not apply (a scalar leaf in the state, relations)."""
+    leaves = state_leaves(sp.state.type)
+    if leaves is None or not _usable(part):
+        return None
+    spec = part.fn.variant("float64").spec
+    pos = result_leaves(spec["outputs"], leaves)
+    L = len(leaves)
+    if pos is None:
+        return None
+
+    def make_src(pooled, copied, par):
+        names = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
+        zs, call = _call(spec, names, t_name(sp), [f"bufs{k}[dst]" for k in (pooled or [])] + (["nthreads"] if par else []))
+        lines = [f"def fwd_prog{'_par' if par else ''}(code, {''.join(f's{k}, ' for k in range(L))}"
+                 f"{''.join(f'bufs{k}, ' for k in range(L))}{', '.join(zs)}{', nthreads' if par else ''}):",
+                 "    for q in range(code.shape[0]):",
+                 "        t = code[q, 1]",
+                 "        src = code[q, 2]",
+                 "        dst = code[q, 3]"]
+        lines += _select(L, "        ")
+        kern = "kernel_parallel" if par else "kernel_serial"
+        lines += [f"        if code[q, 0] == {FWD}:", f"            res = {kern}({', '.join(call)})"]
+        lines += [line for k in (copied or []) for line in (
+            f"            b = bufs{k}[dst]", f"            b[...] = res[{pos[k]}]")]
+        lines += ["        else:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
+        lines.append("    return 0")
+        return "\n".join(lines) + "\n"
+
+    return StepKernel.build(part.fn, pos, leaves, make_src)
+
+
+def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
+    """The body adjoint's step kernel (the state's cotangent leaves written
+    into buffers) with ``rev_prog(code, s…, bufs…, ds…, dsb…, accs…, zf…,
+    za…)`` running FWD, COPY and REV instructions (the body's steps through
+    ``fwd``'s module), or None.  ``wrt``: the adjoint's inputs in output
+    order, the state first; the inputs' cotangents accumulate in the order
+    ``t = T-1 … 0`` (``acc + step``), the state's is carried."""
+    leaves = state_leaves(sp.state.type)
+    if fwd is None or leaves is None or not _usable(part):
+        return None
+    L = len(leaves)
+    spec = part.fn.variant("float64").spec
+    outs, tree = [], spec["outputs"]  # (E_state, (E_x1, …)): the state's a (nested) pair, the others leaves
+    for j in range(len(wrt)):
+        node = tree if j == len(wrt) - 1 else tree[1]
+        if j == 0:
+            pos = result_leaves(node, leaves)
+            if pos is None:
+                return None
+        elif node[0] != "leaf":
+            return None
+        else:
+            outs.append(node[1])
+        if j < len(wrt) - 1:
+            tree = tree[2]
+    accs = [f"acc{j}" for j in range(1, len(wrt))]
+    fnames = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
+    anames = {**fnames, **{(dstate, p): f"ds{k}" for k, (p, _) in enumerate(leaves)}}
+    fpos = result_leaves(fwd.base["outputs"], leaves)
+
+    def make_src(pooled, copied, par):
+        fpar = par and fwd.par
+        zf, fcall = _call(fwd.base, fnames, t_name(sp), [f"bufs{k}[dst]" for k in fwd.pooled] + (["nthreads"] if fpar else []),
+                          prefix="f")
+        za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])] + (["nthreads"] if par else []))
+        head = "".join(f"{x}{k}, " for x in ("s", "bufs", "ds", "dsb") for k in range(L))
+        lines = [f"def rev_prog{'_par' if par else ''}(code, {head}{''.join(a + ', ' for a in accs)}"
+                 f"{', '.join(zf + za)}{', nthreads' if par else ''}):",
+                 "    for q in range(code.shape[0]):",
+                 "        op = code[q, 0]",
+                 "        t = code[q, 1]",
+                 "        src = code[q, 2]",
+                 "        dst = code[q, 3]"]
+        lines += _select(L, "        ")
+        lines += [f"        if op == {FWD}:", f"            fres = _body_step{'_par' if fpar else ''}({', '.join(fcall)})"]
+        lines += [line for k in fwd.copied for line in (f"            b = bufs{k}[dst]", f"            b[...] = fres[{fpos[k]}]")]
+        lines += [f"        elif op == {COPY}:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
+        lines += ["        else:", f"            res = {'kernel_parallel' if par else 'kernel_serial'}({', '.join(acall)})"]
+        # in place for arrays (the caller's private accumulators): acc + step, as added before
+        lines += [f"            {a} += res[{outs[j]}]" for j, a in enumerate(accs)]
+        lines += [line for k in (copied or []) for line in (f"            b = dsb{k}", f"            b[...] = res[{pos[k]}]")]
+        for k in range(L):  # the new cotangent is in dsb: swap
+            lines += [f"            tmp = ds{k}", f"            ds{k} = dsb{k}", f"            dsb{k} = tmp"]
+        lines.append("    return (" + "".join(f"ds{k}, " for k in range(L)) + "".join(a + ", " for a in accs) + ")")
+        return "\n".join(lines) + "\n"
+
+    imports = ("\nfrom tensorlang.backend import cache as _loop_cache\n"
+               f"_body_entry = _loop_cache.load({fwd.key!r})\n"
+               "if _body_entry is None:\n"
+               "    raise ImportError('the loop body step kernel is not in the cache')\n"
+               "_body_step = _body_entry[0].kernel_serial\n"
+               + ("_body_step_par = _body_entry[0].kernel_parallel\n" if fwd.par else ""))
+    return StepKernel.build(part.fn, pos, leaves, make_src, imports)
 
 
 def kernel_args(spec, values: dict, sizes: dict, t_size):
     """The float64 kernel's arguments (``api.Kernel._run``'s order), or None
-    where a driver does not apply (float32, sizes a proof needs positive)."""
+    where a step program does not apply (float32, sizes a proof needs positive)."""
     if spec.get("needs_positive_sizes") and any(sizes.get(n, 1) < 1 for n in spec["sizes"] if n != t_size):
         return None
     vals = {k: values[k] for k, _, _ in spec["inputs"]}
@@ -215,70 +533,6 @@ def kernel_args(spec, values: dict, sizes: dict, t_size):
         shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
         args.append(np.empty(shape, dtype=np.float64))
     return args
-
-
-class ReverseDriver:
-    """A Numba loop over reverse steps: for each ``(t, slot)``, the body's
-    adjoint kernel at the state ``buf[slot]`` and the cotangent ``ds``; the
-    state's cotangent is carried, the inputs' cotangents accumulate."""
-
-    def __init__(self, fn, spec, names):
-        self.fn, self.spec, self.names = fn, spec, names
-
-    @classmethod
-    def build(cls, part: Part, sp: Split, wrt: list, dstate: str):
-        """``wrt``: the adjoint's inputs in output order, the state first."""
-        k = part.fn
-        if not hasattr(k, "variant") or k.python or not isinstance(sp.state.type, TensorT):
-            return None
-        var = k.variant("float64")
-        spec = var.spec
-        leaves = [(a, tuple(b), c) for a, b, c in spec["inputs"]]
-        if spec["relations"] or spec.get("dense_relations"):
-            return None
-        # outputs: (E_state, (E_x1, ...)) with every E one leaf
-        outs, tree = [], spec["outputs"]
-        for j in range(len(wrt)):
-            node = tree if j == len(wrt) - 1 else tree[1]
-            if node[0] != "leaf":
-                return None
-            outs.append(node[1])
-            if j < len(wrt) - 1:
-                tree = tree[2]
-        names = [n for n, _, _ in leaves]
-        for n in (sp.state.name, dstate):
-            if names.count(n) != 1 or leaves[names.index(n)][1] != ():
-                return None
-        args = [f"z{q}" for q in range(len(spec["sizes"]) + len(leaves) + len(spec.get("temporaries", [])))]
-        call = list(args)
-        for q, name in enumerate(spec["sizes"]):
-            if t_name(sp) == name:
-                call[q] = "t + 1"  # loops.t_value
-        call[len(spec["sizes"]) + names.index(sp.state.name)] = "buf[slots[q]]"
-        call[len(spec["sizes"]) + names.index(dstate)] = "ds"
-        accs = [f"a{j}" for j in range(1, len(wrt))]
-        lines = [f"def rev(ts, slots, buf, ds, {''.join(a + ', ' for a in accs)}{', '.join(args)}):",
-                 "    for q in range(ts.shape[0]):",
-                 "        t = ts[q]",
-                 f"        res = body({', '.join(call)})"]
-        for j, a in enumerate(accs, start=1):
-            lines.append(f"        {a} = {a} + res[{outs[j]}]")
-        lines.append(f"        ds = res[{outs[0]}]")
-        lines.append("    return (ds," + "".join(" " + a + "," for a in accs) + ")")
-        fn = _jit(var, "rev", "\n".join(lines) + "\n")
-        return None if fn is None else cls(fn, spec, (sp.state.name, dstate, t_name(sp)))
-
-    def run(self, values: dict, sizes: dict, ts, slots, buf, ds, accs):
-        """(ds, accs) after the reverse steps ``ts`` (states ``buf[slots]``), or None."""
-        state, dstate, t_size = self.names
-        vals = {**values, state: buf[0], dstate: ds}
-        args = kernel_args(self.spec, vals, sizes, t_size)
-        if args is None or any(not isinstance(a, (float, np.ndarray)) for a in accs):
-            return None
-        accs = [a.copy() if isinstance(a, np.ndarray) else np.float64(a) for a in accs]
-        got = self.fn(np.asarray(ts, np.int64), np.asarray(slots, np.int64), buf,
-                      np.ascontiguousarray(ds, dtype=np.float64), *accs, *args)
-        return got[0], [float(a) if np.ndim(a) == 0 else a for a in got[1:]]
 
 
 def t_name(sp: Split):
@@ -309,7 +563,7 @@ class LoopKernel:
     """``tl.compile`` of a loop program: the three parts' kernels, the body run ``T`` times."""
 
     def __init__(self, expr, mode: str, threads, compile_fn):
-        self.program = LoopProgram(expr, "compile", mode, compile_fn)
+        self.program = LoopProgram(expr, "compile", mode, compile_fn, threads)
         self.expr = expr
         self.threads = threads
 

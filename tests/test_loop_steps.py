@@ -1,0 +1,236 @@
+"""Step programs (issue #17 item 3): a loop's sweeps in one Numba call, the
+state double-buffered, no allocation per step.
+
+Oracles: a symbolic run of each instruction table (which state every buffer
+holds), the kernel IR's allocations (structural, no timing), the NumPy heat
+reference, and the per-step validated calls (bit for bit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tensorlang as tl
+from tensorlang.backend import loop_kernel as LK
+from tensorlang.backend.loopir import Alloc, walk_stmts
+from tensorlang.loops import normalize_checkpoint, schedule
+
+POLICIES = ["all", 1, 2, 5, "binomial", ("binomial", 1), ("binomial", 3)]
+
+
+def simulate(sch, T):
+    """Run the tables on labels: buffer -> the step index of the state it holds.
+    Returns (reverse steps in order, forward steps, copies, buffers touched)."""
+    fwd, rev, final = LK.compile_schedule(sch, T)
+    held = {LK.IN: 0}
+    nfwd = ncopy = 0
+    order = []
+    for code in (fwd, rev):
+        for op, t, src, dst in code.tolist():
+            assert src in held, f"reads buffer {src} before it holds a state"
+            if op == LK.FWD:
+                assert held[src] == t and src != dst and dst != LK.IN
+                held[dst] = t + 1
+                nfwd += 1
+            elif op == LK.COPY:
+                assert dst != LK.IN and src != dst
+                held[dst] = held[src]
+                ncopy += 1
+            else:
+                assert op == LK.REV and held[src] == t
+                order.append(t)
+        if code is fwd:
+            assert held[final] == T  # the value is computed from s_T
+    touched = set(held) - {LK.IN}
+    return order, nfwd, ncopy, touched
+
+
+@settings(max_examples=50, deadline=None)
+@given(T=st.integers(1, 60), policy=st.sampled_from(POLICIES))
+def test_tables_reverse_every_step_once_on_the_right_state(T, policy):
+    sch = schedule(normalize_checkpoint(policy), T)
+    order, nfwd, ncopy, touched = simulate(sch, T)
+    assert order == list(reversed(range(T)))
+    assert nfwd == sch.forward_steps  # the schedule's recomputation, no more
+    assert touched <= set(range(sch.slots + 2))  # the slots and two scratch buffers
+    if policy == "all" or isinstance(policy, int):
+        # only s_0 (the caller's array, never written) is copied: every other
+        # stored state is written into its slot by the step that computes it
+        assert ncopy == 1
+
+
+def test_primal_table_alternates_two_buffers():
+    code, loc = LK.forward_table(7)
+    assert code[:, 2].tolist() == [LK.IN, 0, 1, 0, 1, 0, 1] and code[:, 3].tolist() == [0, 1, 0, 1, 0, 1, 0]
+    assert loc == 0 and (code[:, 0] == LK.FWD).all() and code[:, 1].tolist() == list(range(7))
+
+
+def heat(ck="all"):
+    from benchmarks.heat import program
+
+    return program("T", ck)
+
+
+def _top_allocs(ir):
+    return [s for s in walk_stmts(ir.body) if isinstance(s, Alloc)]
+
+
+def test_step_kernels_allocate_nothing_per_step():
+    loss, ins = heat()
+    g = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])
+    rev = g.loop_program
+    lp = rev.lp
+    # the body's kernel allocates its result; its step form writes into the buffer it is given
+    body_ir = lp.body.fn.lowered()[0]
+    assert any(not a.pooled for a in _top_allocs(body_ir))
+    ir2, names, copied = LK.out_buffer_ir(body_ir, [0])
+    assert names == [body_ir.results[0]] and ir2.args[-1] == names[0] and copied == []
+    assert all(a.pooled for a in _top_allocs(ir2))
+    # the adjoint step: its state cotangent into a buffer, its temporaries pooled
+    part, wrt = rev.body_vjp
+    adj_ir = part.fn.lowered()[0]
+    ir3, _, _ = LK.out_buffer_ir(adj_ir, [0])
+    assert all(a.pooled for a in _top_allocs(ir3))
+    # and the cached step modules are these (the stored spec names the buffers)
+    d = _data(6, 40)
+    g(**d)
+    assert lp.step_program().module.fwd_prog is not None
+    assert rev._reverse_program().module.rev_prog is not None
+    assert lp.step_program().base == lp.body.fn.variant("float64").spec
+
+
+def _data(n, T, seed=0):
+    from benchmarks.heat import data
+
+    return data({"n": n, "T": T}, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("T", [33, 40])
+def test_heat_step_programs_match_numpy_and_the_per_step_calls(T, monkeypatch):
+    from benchmarks.heat import grad_ref, loss_ref
+
+    d = _data(7, T)
+    want = grad_ref(d)
+    got = {}
+    for ck in ("all", 6, "binomial"):
+        loss, ins = heat(ck)
+        vg = tl.value_and_grad(loss, wrt=[ins["u0"], ins["kappa"]])
+        u0 = d["u0"].copy()
+        v, (gu, gk) = vg(**d)
+        np.testing.assert_array_equal(d["u0"], u0)  # the initial state is only read
+        assert vg.loop_program._rprog is not None  # the step programs ran
+        assert v == pytest.approx(loss_ref(d), rel=1e-12)
+        np.testing.assert_allclose(gu, want["u0"], rtol=1e-11, atol=1e-13)
+        assert gk == pytest.approx(float(want["kappa"]), rel=1e-11)
+        got[ck] = (v, gu, gk)
+        assert tl.compile(loss)(**d) == v
+    first = got["all"]
+    for other in got.values():  # every policy: the same operations, bit for bit
+        assert other[0] == first[0] and other[2] == first[2]
+        np.testing.assert_array_equal(other[1], first[1])
+    monkeypatch.setattr(LK, "DRIVER_MIN_STEPS", 10**9)  # per-step validated calls
+    loss, ins = heat(6)
+    v, (gu, gk) = tl.value_and_grad(loss, wrt=[ins["u0"], ins["kappa"]])(**d)
+    assert v == first[0] and gk == first[2]
+    np.testing.assert_array_equal(gu, first[1])
+
+
+def test_results_do_not_alias_the_reused_buffers():
+    n = tl.size("n")
+    u0, c = tl.tensor("u0", n), tl.scalar("c")
+    r = np.random.RandomState(1)
+    d1 = {"u0": r.rand(5), "c": 0.5}
+    d2 = {"u0": r.rand(5), "c": 0.25}
+
+    def ref(d):
+        u = d["u0"]
+        for _ in range(40):
+            u = d["c"] * u + 1.0
+        return u
+
+    L = tl.loop(40, u0, lambda t, u: tl.gen(n, lambda i: c * u[i] + 1.0))
+    k = tl.compile(L)
+    x1 = k(**d1)
+    x1_copy = x1.copy()
+    x2 = k(**d2)
+    np.testing.assert_array_equal(x1, x1_copy)  # the second run did not write into the first's result
+    np.testing.assert_allclose(x1, ref(d1), rtol=1e-13)
+    np.testing.assert_allclose(x2, ref(d2), rtol=1e-13)
+    # the vjp's program value is the final state itself: never the reused checkpoint buffer
+    vj = tl.vjp(L, wrt=[u0, c])
+    g1 = vj(**d1, dy=np.ones(5))
+    g2 = vj(**d2, dy=np.ones(5))
+    assert vj.loop_program._rprog is not None
+    np.testing.assert_allclose(g1[0], np.full(5, 0.5 ** 40), rtol=1e-12)  # d u_T / d u0 = c^T
+    np.testing.assert_allclose(g2[0], np.full(5, 0.25 ** 40), rtol=1e-12)
+    rev = vj.loop_program
+    v1, _ = rev(dict(d1), np.ones(5))
+    v1c = v1.copy()
+    rev(dict(d2), np.ones(5))
+    np.testing.assert_array_equal(v1, v1c)
+    np.testing.assert_allclose(v1, ref(d1), rtol=1e-13)
+
+
+def test_pair_state_wave_step_programs(monkeypatch):
+    """A pair state (u_prev, u) -> (u, u_next): one buffer set per leaf; the
+    leaf the body returns unchanged (u) is copied by the program, the other
+    written by the kernel; the adjoint writes both cotangent leaves."""
+    from benchmarks.wave import data, grad_ref, loss_ref, program
+
+    d = data({"n": 6, "T": 40}, np.random.default_rng(3))
+    want = grad_ref(d)
+    got = []
+    for ck in ("all", 5, ("binomial", 2)):
+        loss, ins = program("T", ck)
+        vg = tl.value_and_grad(loss, wrt=[ins["u0"], ins["c2"]])
+        v, (gu, gc) = vg(**d)
+        rev = vg.loop_program
+        fp, rp = rev.lp.step_program(), rev._reverse_program()
+        assert fp is not None and rp is not None
+        assert (fp.pooled, fp.copied) == ([1], [0]) and (rp.pooled, rp.copied) == ([0, 1], [])
+        assert v == pytest.approx(loss_ref(d), rel=1e-12)
+        np.testing.assert_allclose(gu, want["u0"], rtol=1e-11, atol=1e-12)
+        assert gc == pytest.approx(float(want["c2"]), rel=1e-11)
+        got.append((v, gu, gc))
+        assert tl.compile(loss)(**d) == v
+    for other in got[1:]:
+        assert other[0] == got[0][0] and other[2] == got[0][2]
+        np.testing.assert_array_equal(other[1], got[0][1])
+    monkeypatch.setattr(LK, "DRIVER_MIN_STEPS", 10**9)  # per-step validated calls: the same bits
+    loss, ins = program("T", "all")
+    v, (gu, gc) = tl.value_and_grad(loss, wrt=[ins["u0"], ins["c2"]])(**d)
+    assert v == got[0][0] and gc == got[0][2]
+    np.testing.assert_array_equal(gu, got[0][1])
+
+
+def test_threads_run_the_parallel_step_programs():
+    """``threads=2``: the step kernels' parallel variants (gen loops prange,
+    reductions in per-thread chunks).  Every point of a gen is computed by
+    the same expression, so the states and the state's cotangent are the
+    serial ones bit for bit; the κ cotangent (a reduction per step) is
+    summed in chunks, equal to rounding."""
+    d = _data(9, 36)
+    loss, ins = heat("all")
+    wrt = [ins["u0"], ins["kappa"]]
+    v1, (gu1, gk1) = tl.value_and_grad(loss, wrt=wrt)(**d)
+    vg2 = tl.value_and_grad(loss, wrt=wrt, threads=2)
+    v2, (gu2, gk2) = vg2(**d)
+    rev = vg2.loop_program
+    assert rev.lp.threads == 2 and rev.lp.step_program().par and rev._reverse_program().par
+    np.testing.assert_array_equal(gu2, gu1)
+    assert gk2 == pytest.approx(gk1, rel=1e-12) and v2 == pytest.approx(v1, rel=1e-13)
+    k2 = tl.compile(loss, threads=2)
+    assert k2.program.threads == 2 and k2(**d) == pytest.approx(v1, rel=1e-13)
+
+
+def test_checkpoint_option_of_grad_is_normalized():
+    # grad(..., checkpoint="binomial") overrides the loop's own policy, spelled as tl.loop accepts it
+    from tensorlang.loop_autodiff import grad
+
+    d = _data(5, 34)
+    loss, ins = heat("all")
+    want = grad(loss, [ins["u0"]])(**d)
+    for ck in ("binomial", 4, ("binomial", 2)):
+        np.testing.assert_array_equal(grad(loss, [ins["u0"]], checkpoint=ck)(**d), want)
