@@ -141,7 +141,9 @@ class _Reverse:
         got = pool.get(k)
         if got is None or got.shape != shape:
             pool[k] = None  # the old buffer goes first
-            got = pool[k] = np.empty(shape)
+            got = np.empty(shape)
+            if got.nbytes <= KEEP_BUFFER_BYTES:
+                pool[k] = got
         return got
 
     @staticmethod
@@ -295,6 +297,11 @@ def _program(expr, stage, mode, threads=None):
 
     return LoopProgram(expr, stage, mode, tl_compile, threads)
 
+
+# Checkpoint buffers up to this size stay allocated between calls (heat,
+# 256², T = 1000, "all": 0.21 s per gradient kept, 0.25 s allocated per
+# call); larger ones are allocated per call and freed after it.
+KEEP_BUFFER_BYTES = 1 << 30
 
 _TABLES: dict = {}
 
