@@ -20,7 +20,6 @@ from __future__ import annotations
 from .nodes import (  # noqa: F401
     Interned,
     Node,
-    _KeyedRef,
     _TABLE,
     _TABLE_LOCK,
     _drop,

@@ -229,10 +229,16 @@ class Aff(Node):
         """Replace symbols by affine expressions (``mapping``: Sym -> Aff|int)."""
         if not any(s in mapping for s, _ in self.terms):
             return self
-        out = Aff((), self.const)
+        # one construction: the terms gathered, merged and checked by _normalize
+        terms, const = [], self.const
         for s, c in self.terms:
-            out = out + (as_aff(mapping[s]) * c if s in mapping else Aff(((s, c),), 0))
-        return out
+            if s in mapping:
+                a = as_aff(mapping[s])
+                terms.extend((t, k * c) for t, k in a.terms)
+                const += a.const * c
+            else:
+                terms.append((s, c))
+        return Aff(tuple(terms), const)
 
 
 

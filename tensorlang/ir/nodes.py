@@ -59,12 +59,20 @@ class Interned(type):
             node = ref() if ref is not None else None
             if node is None:
                 node = super().__call__(*args)
-                _TABLE[key] = _KeyedRef(node, _drop, key)
+                ref = _Ref(node, _drop)
+                ref.key = key
+                _TABLE[key] = ref
         return node
 
 
+class _Ref(weakref.ref):
+    """A weak reference that knows its table key (``weakref.KeyedRef`` without
+    its Python-level ``__new__``/``__init__``: one per new node)."""
+
+    __slots__ = ("key",)
+
+
 _TABLE: dict = {}
-_KeyedRef = weakref.KeyedRef
 # Not reentrant on purpose: construction under the lock builds no other node
 # (``_normalize`` runs before it is taken).  ``_drop`` runs from the garbage
 # collector, possibly while this thread holds the lock: it takes none
