@@ -152,6 +152,7 @@ class Split:
     post: Expr
     final: Var
     hoisted: tuple = ()  # ((Var, Expr), …): loop-invariant work, computed once before the loop
+    rows: tuple = ()  # ((row Var, input Var), …): ``f[t]`` passed to the body as its own input (row_inputs)
 
     @property
     def checkpoint(self):
@@ -194,12 +195,63 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
     state = Var(_fresh_name(taken, "loop_state"), 0, lp.svar.type)
     body = subst(lp.body, vals={lp.svar: state})
     body, hoisted = hoist_invariants(body, state, taken | {final.name, state.name})
+    body, rows = row_inputs(body, lp.ivar, taken | {final.name, state.name} | {v.name for v, _ in hoisted})
     t_size = None
     if lp.ivar in free_indices(body):
         t_size = SizeVar(_fresh_name(taken, "loop_t"))
         body = subst(body, idx={lp.ivar: sym_aff(t_size) - 1})
     post = _replace(expr, lp, final)
-    return Split(lp, lp.extent, lp.init, body, state, t_size, post, final, hoisted)
+    return Split(lp, lp.extent, lp.init, body, state, t_size, post, final, hoisted, rows)
+
+
+def row_inputs(body: Expr, t: IndexVar, taken: set):
+    """Per-step rows (cheap gradients through ``forcing[t, i]``): an input
+    ``f`` whose every access in ``body`` is ``f[t, …]`` (leading index ``t``,
+    coefficient 1, offset 0) is replaced by an input ``loop_row_<f>`` of
+    ``f``'s element type, bound to ``f[t]`` at step ``t``.  The body's
+    adjoint then returns an ``[n]`` cotangent row, added into row ``t`` of
+    ``f``'s ``[T][n]`` cotangent, instead of a whole ``[T][n]`` array per
+    step (which made one gradient cost ``O(T²n)``).  Inputs indexed
+    otherwise by ``t`` (``f[t + 1]``, ``f[T - 1 - t]``) stay whole.
+    Returns ``(body', ((row Var, f), …))``."""
+    from .ir import Access, TensorT
+
+    ta = sym_aff(t)
+    taken = set(taken)
+    rows = []
+    for f in sorted(input_vars(body), key=lambda v: v.name):
+        if type(f) is not Var or not isinstance(f.type, TensorT):
+            continue  # a sparse tensor keeps its relation guard: stays whole
+        name = _fresh_name(taken, f"loop_row_{f.name}")
+        row = Var(name, 0, f.type.elem)
+        new = _replace_where(body, lambda x: isinstance(x, Access) and x.arr is f and x.index is ta, row)
+        if f in set(input_vars(new)):
+            continue  # some access is not f[t, …]
+        taken.add(name)
+        body = new
+        rows.append((row, f))
+    return body, tuple(rows)
+
+
+def _replace_where(e: Expr, hit, new: Expr) -> Expr:
+    memo: dict = {}
+
+    def go(x):
+        if not isinstance(x, Expr):
+            return x
+        if hit(x):
+            return new
+        got = memo.get(x)
+        if got is None:
+            got = memo[x] = rebuild(x, (go_any(c) for c in children(x)))
+        return got
+
+    def go_any(c):
+        if isinstance(c, tuple):
+            return tuple(go_any(y) for y in c)
+        return go(c)
+
+    return go(e)
 
 
 def _invariant(x, state: Var) -> bool:
