@@ -141,3 +141,30 @@ def test_whole_input_path_is_counted_as_it_runs():
     assert c[10]["accumulated_per_step"] == 11 * 10 + 1
     second = c[30]["adjoint"] - 2 * c[20]["adjoint"] + c[10]["adjoint"]
     assert second == 2 * 10 * 10 * 10  # T·(T + 1)·n's second difference at step 10: 2·10²·n
+
+
+@pytest.mark.parametrize("steps", [5, 36])
+def test_forcing_also_read_by_init_post_and_a_hoisted_term(steps):
+    # f's cotangent gathers its rows per step plus the whole-input parts
+    # (init f[0], the post's Σ f[T-1], a hoisted Σ_j f[0, j]); tl.compile too
+    def body(t, u):
+        return tl.gen(n, lambda i: u[i] * a + f[t, i] * tl.sum(n, lambda j: f[0, j]) * 0.1)
+
+    def loss_f(ck="all"):
+        L = tl.loop(T, tl.gen(n, lambda i: u0[i] + f[0, i]), body, checkpoint=ck)
+        return tl.sum(n, lambda i: L[i] * L[i] + f[T - 1, i])
+
+    r = np.random.RandomState(1)
+    kw = dict(u0=r.rand(3), a=0.4, f=r.rand(steps, 3))
+    loss = loss_f()
+    want = tl.evaluate(loss, **kw)
+    assert tl.compile(loss)(**kw) == pytest.approx(want, rel=1e-12)
+    gs = [tl.grad(loss_f(ck), wrt=[f, a])(**kw) for ck in ("all", 2, "binomial")]
+    for x in gs[1:]:
+        assert np.array_equal(x[0], gs[0][0]) and x[1] == gs[0][1]
+    gf = gs[0][0]
+    for t, i in [(0, 0), (0, 2), (1, 1), (steps - 1, 0)]:
+        assert gf[t, i] == pytest.approx(_fd(loss, kw, "f", (t, i)), rel=1e-5, abs=1e-8)
+    df = r.rand(steps, 3)
+    _, tan = tl.jvp(loss, wrt=[f])(**kw, df=df)
+    assert tan == pytest.approx(np.sum(gf * df), rel=1e-10)
