@@ -23,10 +23,11 @@ The body's loop-invariant terms (``loops.hoist_invariants``) are computed
 once; their cotangents accumulate over the steps like an input's and are
 pulled back through the terms' adjoints once, after the reverse sweep.
 
-An input read only as ``f[t, …]`` is passed to the body as its row ``f[t]``
-(``loops.row_inputs``): the body's adjoint returns an ``[n]`` cotangent,
-added into row ``t`` of ``f``'s ``[T][n]`` cotangent, so one gradient costs
-``O(Tn)`` for it, not ``O(T²n)``; jvp gives the body ``df[t]``.
+An input read only as ``f[±t + c, …]`` (``f[t]``, ``f[t + 1]``,
+``f[T - 1 - t]``) is passed to the body as its rows (``loops.row_inputs``):
+the body's adjoint returns an ``[n]`` cotangent per row, added into that
+row of ``f``'s ``[T][n]`` cotangent, so one gradient costs ``O(Tn)`` for
+it, not ``O(T²n)``; jvp gives the body the tangent's rows.
 
 The cost of the reverse sweep is certified per policy by
 :func:`adjoint_cost`: ``cost(pre^T) + cost(inv^T) + T·(cost(body^T) + A) +
@@ -42,7 +43,7 @@ import numpy as np
 from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Var, input_vars, size_vars
 from .backend.loop_kernel import LoopProgram, Part as _Part
-from .loops import binomial_budget, normalize_checkpoint, schedule, split, t_value
+from .loops import binomial_budget, normalize_checkpoint, row_at, schedule, split, t_value
 from .typecheck import type_of, wrt_inputs as _wrt
 
 
@@ -117,9 +118,9 @@ class _Reverse:
         # accumulates their cotangents over the steps, pulled back once after
         hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
         self.hoisted = [v for v, _ in hs]
-        # a row input (loops.row_inputs: f[t] at step t) stands for f in the body: an [n] cotangent per step
-        self.row_of = {row.name: f for row, f in sp.rows if f in xs}
-        bxs = [row for row, f in sp.rows if f in xs] + xs
+        # a row input (loops.row_inputs: f[±t + c] at step t) stands for f in the body: an [n] cotangent per step
+        self.row_of = {row.name: (f, idx) for row, f, idx in sp.rows if f in xs}
+        bxs = [row for row, f, _ in sp.rows if f in xs] + xs
         self.body_vjp = vjp_part(sp.body, [sp.state] + bxs + self.hoisted, self.dstate) if lp.body is not None else (None, [])
         self.inv_vjp = [(v, fresh("d" + v.name)) for v, _ in hs]
         self.inv_vjp = [(v, c, vjp_part(e, xs, c)) for (v, c), (_, e) in zip(self.inv_vjp, hs)]
@@ -180,7 +181,7 @@ class _Reverse:
         leaves = LK.state_leaves(sp.state.type)
         ph = LK.build_value(sp.state.type, list(s0l))  # placeholders: the programs pass their own leaves
         rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, self.dstate: ph}, sizes, LK.t_name(sp),
-                               LK.row_sources(sp))
+                               LK.row_sources(sp, sizes))
         if rargs is None:
             return None
         fcode, rcode, final = _tables(policy, T, sch)
@@ -192,9 +193,14 @@ class _Reverse:
         dsl = [np.array(LK.leaf(ds, p), dtype=np.float64, order="C") for p, _ in leaves]
         xs_ = rdrv_xs(self)
         # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
-        xs_ = [self.row_of.get(x.name, x) for x in xs_]  # a row's accumulator is its whole input's
-        accs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
-        accs = [np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a) for a in accs]
+        xs_ = [self.row_of[x.name][0] if x.name in self.row_of else x for x in xs_]
+        # private copies; a row's accumulator is its whole input's, one array for all of f's rows
+        mine: dict = {}
+        for x in xs_:
+            if x.name not in mine:
+                a = _tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name]
+                mine[x.name] = np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a)
+        accs = [mine[x.name] for x in xs_]
         out = rp.run("rev_prog", lp.threads, rcode, *s0l, *bufs, *dsl, *[np.empty_like(x) for x in dsl], *accs,
                      *fargs, *rargs)
         L = len(leaves)
@@ -222,10 +228,10 @@ class _Reverse:
             else:  # reverse step t at state cur
                 t = a[1]
                 values[sp.state.name] = cur
-                lp.set_rows(values, t)
+                lp.set_rows(values, sizes, t)
                 sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
                 got = self._run(self.body_vjp, values, sz, self.dstate, ds)
-                for rname, f in self.row_of.items():  # row t of f's cotangent (loops.row_inputs)
+                for rname, (f, idx) in self.row_of.items():  # its row of f's cotangent (loops.row_inputs)
                     r = got.pop(rname, None)
                     if r is None:
                         continue
@@ -233,7 +239,7 @@ class _Reverse:
                         a = acc[f.name]
                         acc[f.name] = _tzeros(f.type, sizes) if a is None else np.array(a, dtype=np.float64)
                         owned.add(f.name)
-                    acc[f.name][t] += r
+                    acc[f.name][row_at(idx, sp.loop.ivar, t, sizes)] += r
                 nds = got.pop(sp.state.name, None)
                 add(got)
                 ds = nds if nds is not None else _tzeros(sp.state.type, sizes)
@@ -425,7 +431,7 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
     dpre = dpart(sp.pre, xs)
     hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
     dinv = [(v, dpart(e, xs)) for v, e in hs]  # the hoisted terms' tangents, computed once
-    rows = [row for row, f in sp.rows if f in xs]  # f[t] at step t (loops.row_inputs), tangent df[t]
+    rows = [row for row, f, _ in sp.rows if f in xs]  # f[±t + c] at step t (loops.row_inputs), tangent df[±t + c]
     dbody = dpart(sp.body, [sp.state] + rows + xs + [v for v, _ in hs]) if lp.body is not None else None
     dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
@@ -456,8 +462,8 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
             values[dstate] = ds
             sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
             values[sp.state.name] = s
-            lp.set_rows(values, t)
-            lp.set_rows(values, t, "d")
+            lp.set_rows(values, sizes, t)
+            lp.set_rows(values, sizes, t, "d")
             ds = run(dbody, sp.body, values, sz, sp.state.type)
             s = lp._step(lp.body, values, sizes, s, t)
         values[sp.final.name] = s
@@ -511,11 +517,11 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
 
     tsz = {sp.t_size.name: t_value(0)} if sp.t_size is not None else {}
     hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if T else []
-    bwrt = [row for row, f in sp.rows if f in xs] + xs + [v for v, _ in hs]
+    bwrt = [row for row, f, _ in sp.rows if f in xs] + xs + [v for v, _ in hs]
     body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + bwrt)
     # what runs besides: every step adds the body adjoint's cotangent of each
-    # input into its accumulator, a whole [T][n] array for an input indexed
-    # f[t + 1] (O(T²n) in all), one [n] row for f[t, …] (loops.row_inputs)
+    # input into its accumulator: one [n] row for f[±t + c, …] (loops.row_inputs),
+    # a whole [T][n] array for an input read otherwise (f[2t]: O(T²n) in all)
     body_in = set(input_vars(sp.body))
     accum = sum(_elements(w.type, sizes) for w in bwrt if w in body_in)
     inv = sum(c(e) for _, e in sp.hoisted) if T else 0  # hoisted: once, not per step

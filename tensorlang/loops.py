@@ -152,7 +152,7 @@ class Split:
     post: Expr
     final: Var
     hoisted: tuple = ()  # ((Var, Expr), …): loop-invariant work, computed once before the loop
-    rows: tuple = ()  # ((row Var, input Var), …): ``f[t]`` passed to the body as its own input (row_inputs)
+    rows: tuple = ()  # ((row Var, input Var, index Aff), …): ``f[±t + c]`` passed as its own input (row_inputs)
 
     @property
     def checkpoint(self):
@@ -206,31 +206,40 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
 
 def row_inputs(body: Expr, t: IndexVar, taken: set):
     """Per-step rows (cheap gradients through ``forcing[t, i]``): an input
-    ``f`` whose every access in ``body`` is ``f[t, …]`` (leading index ``t``,
-    coefficient 1, offset 0) is replaced by an input ``loop_row_<f>`` of
-    ``f``'s element type, bound to ``f[t]`` at step ``t``.  The body's
-    adjoint then returns an ``[n]`` cotangent row, added into row ``t`` of
-    ``f``'s ``[T][n]`` cotangent, instead of a whole ``[T][n]`` array per
-    step (which made one gradient cost ``O(T²n)``).  Inputs indexed
-    otherwise by ``t`` (``f[t + 1]``, ``f[T - 1 - t]``) stay whole.
-    Returns ``(body', ((row Var, f), …))``."""
+    ``f`` whose every access in ``body`` has a leading index ``±t + c``
+    (``c`` made of sizes and a constant: ``f[t]``, ``f[t + 1]``,
+    ``f[T - 1 - t]``) is replaced by one input per such index, of ``f``'s
+    element type, bound to that row of ``f`` at step ``t`` (:func:`row_at`).
+    The body's adjoint then returns an ``[n]`` cotangent per row and step,
+    added into that row of the ``[T][n]`` cotangent, instead of a whole
+    ``[T][n]`` array per step (which made one gradient cost ``O(T²n)``).
+    Inputs read otherwise (``f[i]`` with a bound index, ``f[2t]``) stay
+    whole.  Returns ``(body', ((row Var, f, index Aff), …))``."""
     from .ir import Access, TensorT
 
-    ta = sym_aff(t)
     taken = set(taken)
     rows = []
     for f in sorted(input_vars(body), key=lambda v: v.name):
         if type(f) is not Var or not isinstance(f.type, TensorT):
             continue  # a sparse tensor keeps its relation guard: stays whole
-        name = _fresh_name(taken, f"loop_row_{f.name}")
-        row = Var(name, 0, f.type.elem)
-        new = _replace_where(body, lambda x: isinstance(x, Access) and x.arr is f and x.index is ta, row)
-        if f in set(input_vars(new)):
-            continue  # some access is not f[t, …]
-        taken.add(name)
-        body = new
-        rows.append((row, f))
+        idxs = {x.index for x in walk(body) if isinstance(x, Access) and x.arr is f
+                and x.index.index_vars() == {t} and x.index.coeff(t) in (1, -1)}
+        new, mine = body, []
+        for k, idx in enumerate(sorted(idxs, key=lambda a: (a.coeff(t), str(a)))):
+            name = _fresh_name(taken, f"loop_row_{f.name}" + (f"_{k}" if k else ""))
+            taken.add(name)
+            row = Var(name, 0, f.type.elem)
+            new = _replace_where(new, lambda x, idx=idx: isinstance(x, Access) and x.arr is f and x.index is idx, row)
+            mine.append((row, f, idx))
+        if mine and f not in set(input_vars(new)):  # else some access is not a row: f stays whole
+            body = new
+            rows += mine
     return body, tuple(rows)
+
+
+def row_at(idx, t_var: IndexVar, t: int, sizes: dict) -> int:
+    """The row of a row input (``row_inputs``) at step ``t``."""
+    return idx.evaluate({t_var: t, **sizes})
 
 
 def _replace_where(e: Expr, hit, new: Expr) -> Expr:
