@@ -20,7 +20,9 @@ Stages (the node is ``ir.Loop``):
   ``gen``/``sum``) into ``pre`` (computes ``init``), the ``body`` as its own
   program (the state an input, ``t`` a size), and ``post`` (consumes the
   final state); the body's loop-invariant terms are hoisted out of it
-  (:func:`hoist_invariants`) and computed once.  Each part is loop-free and goes through the existing
+  (:func:`hoist_invariants`) and computed once, and an input read only as
+  ``f[±t + c, …]`` becomes per-step row inputs (:func:`row_inputs`: its
+  cotangent is built one row per step).  Each part is loop-free and goes through the existing
   normal forms, derivatives, cost model and backend unchanged
   (``tensorlang.loop_autodiff`` drives them).
 
