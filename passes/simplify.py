@@ -64,7 +64,7 @@ from tensorlang.ir import (
     walk,
     sym_aff,
 )
-from tensorlang.sharing import explicit_sharing, has_work
+from tensorlang.sharing import explicit_sharing, has_work, shared_terms
 
 from .profile import stage as _timed
 from .simplify_preds import Ctx as _Ctx, decide, eliminate, simplify_pred
@@ -480,7 +480,10 @@ def _simplify(e: Expr, max_rounds: int) -> Expr:
         # could become two different terms, each paid (6 -> 11 on
         # S + [2 < n]·S).  Working on the sharing the cost model charges
         # (rule 4.32, explicit_sharing) simplifies a shared term once, at its let.
-        e = explicit_sharing(e)
+        # (Only when there is such a term: explicit_sharing's invariant-tensor
+        # scan is quadratic in a derivative's let-chain, issue #14.)
+        if shared_terms(e):
+            e = explicit_sharing(e)
         new = _Simplifier().expr(e, _Ctx())
         if new is e:
             break
