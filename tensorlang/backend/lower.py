@@ -72,6 +72,7 @@ from .hoist import hoist, occurrences, split_bracket
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
+from .separate import interior, pieces
 from .contract import fuse_and_contract
 from .scatter import scatter_binding, scatter_plans
 from .relations import RelationLowering, Unpack, _add_terms, tidy
@@ -184,7 +185,7 @@ class Lowerer(RelationLowering):
                 return st + [Store(name, (K.Name(top[2]),), code)]
             return st + [Store(name, tuple(K.Name(d) for d in dims), code)]
 
-        stmts, full = self.block(gb, p, scope, emit, "gen")
+        stmts, full = self.block(gb, p, scope, emit, "gen", s)
         pooled = role == "temporary" and scope is self.scope0
         if packed is not None:
             # the output is the relation's values in its row-major (CSR) order,
@@ -203,8 +204,10 @@ class Lowerer(RelationLowering):
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
 
-    def block(self, binds, p, scope: Scope, emit, kind: str):
-        """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box)."""
+    def block(self, binds, p, scope: Scope, emit, kind: str, expr=None):
+        """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box).
+        ``expr``: the scalar expression ``emit`` lowers (its brackets' atoms
+        may separate an interior)."""
         names = [self.names.new("index") for _ in binds]
         syms = {i: nm for (i, _), nm in zip(binds, names)}
         sc = scope.child(syms)
@@ -228,16 +231,29 @@ class Lowerer(RelationLowering):
                 self.drivers.append((driver, self._drivable(driver, names, syms)[0], pvar, names))
         inner = sc.child(params=names, cons=box + dom)
         body_scope = inner.child(cons=[inner.pred(t) for t in tests])
+        node = None
+        if self.mode == "sparse" and driver is None and not tests and expr is not None:
+            # boundary pieces apart from the interior, whose copy is branch-free (separate.py)
+            inside = interior(inner, names, expr)
+            node = pieces(scope, names, box + dom, inside) if inside else None
         try:
-            body = emit(body_scope, names)
+            if node is not None:
+                body = {"S0": emit(inner.child(cons=inside), names), "S1": emit(body_scope, names)}
+            else:
+                body = emit(body_scope, names)
         finally:
             if pvar is not None:
                 self.drivers.pop()
-        if tests:
+        if node is not None:
+            stmts = to_loops(node, names, body, kind)
+            full = not dom or covers(scope, names, box, dom)
+        elif tests:
             tst, tcode = self.pred_code(conj(*tests), inner)
             if tcode != K.Bool(True):
                 body = tst + [If(tcode, tuple(body))] if tcode != K.Bool(False) else []
-        if driver is None:
+        if node is not None:
+            pass
+        elif driver is None:
             stmts = to_loops(ast_for(scope, names, box + dom), names, body, kind)
             full = not tests and not dom or (not tests and covers(scope, names, box, dom))
         else:
@@ -366,7 +382,7 @@ class Lowerer(RelationLowering):
             st, code = self.scalar(body, inner)
             return st + [AccAdd(acc, code)]
 
-        stmts, _ = self.block(binds, p, sc, emit, "sum")
+        stmts, _ = self.block(binds, p, sc, emit, "sum", body)
         return [Assign(acc, K.Float(0.0))] + stmts, K.Name(acc)
 
     def scalar_var(self, e: Expr) -> str:
@@ -610,7 +626,7 @@ def _fuse(binds, outs, base):
     that scatter.py accumulates from its producer's loops stay bindings."""
     keep = [o for o in outs if isinstance(o, Var)]
     pre = scatter_plans(binds, keep)
-    keep += [p.x for p in pre.values()] + list(pre)
+    keep += [p.x for p in pre.values() if p.x is not None] + list(pre)
     fused = fuse(binds, keep, base)
     return fused, scatter_plans(fused, [o for o in outs if isinstance(o, Var)])
 
