@@ -66,15 +66,15 @@ from ..ir import (
 )
 from . import kir as K
 from .astgen import to_loops
-from .fusion import fuse, out_vars, resolve_aliases, split_program
+from .fusion import out_vars, resolve_aliases, split_program
 from .domains import MAX_SIZE, Scope, aff_expr, affine_test, ast_for, box_cons, conjuncts, covers, has_rel, in_range, prove_access
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
-from .separate import interior, pieces
+from .separate import separation
 from .contract import fuse_and_contract
-from .scatter import scatter_binding, scatter_plans
+from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
 
 
@@ -231,11 +231,9 @@ class Lowerer(RelationLowering):
                 self.drivers.append((driver, self._drivable(driver, names, syms)[0], pvar, names))
         inner = sc.child(params=names, cons=box + dom)
         body_scope = inner.child(cons=[inner.pred(t) for t in tests])
-        node = None
-        if self.mode == "sparse" and driver is None and not tests and expr is not None:
-            # boundary pieces apart from the interior, whose copy is branch-free (separate.py)
-            inside = interior(inner, names, expr)
-            node = pieces(scope, names, box + dom, inside) if inside else None
+        # boundary pieces apart from the interior, whose copy is branch-free (separate.py)
+        plain = self.mode == "sparse" and driver is None and not tests
+        node, inside = separation(scope, inner, names, box + dom, expr) if plain else (None, None)
         try:
             if node is not None:
                 body = {"S0": emit(inner.child(cons=inside), names), "S1": emit(body_scope, names)}
@@ -527,7 +525,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
         lw = Lowerer(program, mode)
         lw.no_pack = set(no_pack)
         if fused is None:
-            fused, plans = _fuse(binds, outs, lw.scope0)
+            fused, plans = fuse_with_scatters(binds, outs, lw.scope0)
         body = []
         outset = set(outs)
         try:
@@ -617,18 +615,9 @@ def fused_program(expr: Expr) -> Expr:
     binds, out = split_program(expr)
     binds, out = resolve_aliases(binds, out)
     base = Lowerer(expr, "sparse").scope0
-    binds, _ = _fuse(binds, out_vars(out), base)
+    binds, _ = fuse_with_scatters(binds, out_vars(out), base)
     return make_lets(binds, out)
 
-
-def _fuse(binds, outs, base):
-    """(fused bindings, {D: ScatterPlan}): the reductions of an intermediate
-    that scatter.py accumulates from its producer's loops stay bindings."""
-    keep = [o for o in outs if isinstance(o, Var)]
-    pre = scatter_plans(binds, keep)
-    keep += [p.x for p in pre.values() if p.x is not None] + list(pre)
-    fused = fuse(binds, keep, base)
-    return fused, scatter_plans(fused, [o for o in outs if isinstance(o, Var)])
 
 
 def _out_spec(out, outs):

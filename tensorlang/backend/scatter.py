@@ -31,6 +31,7 @@ from __future__ import annotations
 from ..ir import TRUE, Access, Add, Call, Gen, Iverson, Let, Mul, Proj, Rel, SparseVar, Sum, Var, accesses, conj, free_vars, gens, subst, sums, walk
 from . import kir as K
 from .domains import aff_expr, conjuncts
+from .fusion import fuse
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import Alloc, Store
 
@@ -167,6 +168,16 @@ def scatter_plans(binds, outs) -> dict:
     return plans
 
 
+def fuse_with_scatters(binds, outs, base):
+    """(fused bindings, {D: ScatterPlan}): fusion.fuse, except that the
+    reductions found here and the intermediates they reduce stay bindings."""
+    keep = [o for o in outs if isinstance(o, Var)]
+    pre = scatter_plans(binds, keep)
+    keep += [p.x for p in pre.values() if p.x is not None] + list(pre)
+    fused = fuse(binds, keep, base)
+    return fused, scatter_plans(fused, [o for o in outs if isinstance(o, Var)])
+
+
 def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
     """``D`` zeroed, then one loop over X's points adding each term into it."""
     name = lw.names.new("array")
@@ -187,4 +198,4 @@ def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
     return [alloc] + stmts
 
 
-__all__ = ["ScatterPlan", "scatter_plans", "scatter_binding"]
+__all__ = ["ScatterPlan", "scatter_plans", "scatter_binding", "fuse_with_scatters"]

@@ -95,4 +95,14 @@ def pieces(scope: Scope, dims: list, cons: list, inside: list):
     return node
 
 
-__all__ = ["atoms", "interior", "pieces"]
+def separation(scope: Scope, inner: Scope, dims: list, cons: list, body):
+    """``(isl AST over S0/S1, interior constraints)`` for a block whose body
+    ``body`` (None: unknown) has undecided affine atoms, else ``(None, None)``."""
+    if body is None:
+        return None, None
+    inside = interior(inner, dims, body)
+    node = pieces(scope, dims, cons, inside) if inside else None
+    return node, (inside if node is not None else None)
+
+
+__all__ = ["atoms", "interior", "pieces", "separation"]
