@@ -10,7 +10,7 @@ import pytest
 import tensorlang as tl
 from tensorlang.backend import kir as K
 from tensorlang.backend.contract import contract, fuse_loops
-from tensorlang.backend.loopir import Alloc, Assign, If, Loop, Store, loops, walk_stmts
+from tensorlang.backend.loopir import Alloc, Assign, Loop, Store, loops, walk_stmts
 
 EPS = 0.01
 
@@ -133,23 +133,3 @@ def test_sparse_least_squares_reads_values_in_order_and_matches_scipy():
     np.testing.assert_allclose(gA.toarray(), want.toarray(), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError):
         gA.indices[0] = 1  # the pattern is shared read-only with the prepared relation
-
-
-@pytest.mark.parametrize("nv,mv", [(50, 4), (3, 9), (1, 1)])
-def test_correlation_runs_the_longer_loop_outside(nv, mv):
-    # dc[k] = sum_i x[i - k + m - 1]·r[i]: 1-D accesses only, so the kernel
-    # chooses at call time which loop is outside (accumulating into dc when i is)
-    n, m = tl.sizes("n m")
-    x, c, z = tl.tensor("x", n + m - 1), tl.tensor("c", m), tl.tensor("z", n)
-    conv = tl.gen(n, lambda i: tl.sum(m, lambda j: x[i - j + m - 1] * c[j]))
-    loss = tl.let(conv, lambda y: tl.sum(n, lambda i: (y[i] - z[i]) ** 2))
-    g = tl.grad(loss, wrt=[c])
-    ir = tl.compile(g.program).loop_ir
-    choices = [s for s in ir.body if isinstance(s, If) and isinstance(s.cond, K.Cmp) and s.cond.op == ">"]
-    assert len(choices) == 1
-    assert [lp.kind for lp in loops(choices[0].then)][:1] == ["scatter"]
-    assert not any(lp.kind == "scatter" for lp in loops(choices[0].orelse))
-    rng = np.random.default_rng(nv)
-    xx, cc, zz = rng.normal(size=nv + mv - 1), rng.normal(size=mv), rng.normal(size=nv)
-    r = 2.0 * (np.convolve(xx, cc, mode="valid") - zz)
-    np.testing.assert_allclose(g(x=xx, c=cc, z=zz), np.correlate(xx, r, mode="valid")[::-1], rtol=1e-12, atol=1e-12)

@@ -67,19 +67,6 @@ def _rename(stmts, old: str, new: str) -> tuple:
     return _map_stmts(stmts, lambda e: K.Name(new) if isinstance(e, K.Name) and e.name == old else e)
 
 
-def rename_array(stmts, old: str, new: str) -> tuple:
-    """Statements with every load of and store into array ``old`` made on ``new``."""
-
-    def fn(e):
-        return replace(e, array=new) if isinstance(e, K.Load) and e.array == old else e
-
-    def sfn(s):
-        return replace(s, array=new) if isinstance(s, Store) and s.array == old else s
-
-    out = _map_stmts(stmts, fn, sfn)
-    return tuple(replace(s, name=new) if isinstance(s, Alloc) and s.name == old else s for s in out)
-
-
 def _subst_expr(e, old: str, new: str):
     return _map_expr(e, lambda x: K.Name(new) if isinstance(x, K.Name) and x.name == old else x)
 

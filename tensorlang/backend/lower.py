@@ -74,7 +74,7 @@ from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
 from .separate import separation
 from .contract import fuse_and_contract
-from .scatter import fuse_with_scatters, interchange_plan, interchanged_binding, scatter_binding
+from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
 
 
@@ -531,13 +531,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
         try:
             for x, rhs in fused:
                 role = "output" if x in outset else "temporary"
-                swap = interchange_plan(rhs) if x not in plans else None
-                if x in plans:
-                    body += scatter_binding(lw, x, plans[x], role)
-                elif swap is not None:
-                    body += interchanged_binding(lw, x, rhs, swap, role)
-                else:
-                    body += lw.binding(x, rhs, role)
+                body += scatter_binding(lw, x, plans[x], role) if x in plans else lw.binding(x, rhs, role)
         except Unpack as u:
             no_pack.add(u.var)
             continue

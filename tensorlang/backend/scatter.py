@@ -33,7 +33,7 @@ from . import kir as K
 from .domains import aff_expr, conjuncts
 from .fusion import fuse
 from .hoist import hoist, occurrences, split_bracket
-from .loopir import Alloc, If, Store
+from .loopir import Alloc, Store
 
 
 class ScatterPlan:
@@ -168,49 +168,6 @@ def scatter_plans(binds, outs) -> dict:
     return plans
 
 
-def interchange_plan(d_rhs):
-    """``D = gen[h:H] sum[r:R] M`` over dense 1-D arrays only (every access
-    stride 1 whichever loop is inside): a ScatterPlan running r outside, or
-    None.  The kernel takes the longer loop outside at call time
-    (:func:`interchanged_binding`): a correlation ``dc[k] = sum_i x[i-k]·r[i]``
-    with k < 16 and i < 10^6 then reads x and r once instead of 16 times."""
-    dg, dbody = gens(d_rhs)
-    if len(dg) != 1 or not _plain(d_rhs):
-        return None
-    p0, b1 = split_bracket(hoist(dbody))
-    rb, inner = sums(b1)
-    if len(rb) != 1:
-        return None
-    p1, m = split_bracket(hoist(inner))
-    if any(isinstance(e, Sum) or isinstance(e, Let) for e in walk(m)):
-        return None
-    for e in walk(m):
-        if isinstance(e, Access):
-            base, idx = accesses(e)
-            if len(idx) != 1 or not isinstance(base, Var) or isinstance(base, SparseVar):
-                return None
-    return ScatterPlan(None, list(rb) + list(dg), TRUE, list(dg), conj(p0, p1), m)
-
-
-def interchanged_binding(lw, d, rhs, plan: ScatterPlan, role: str) -> list:
-    """``if R > H``: the accumulating loops (r outside); else the gather."""
-    from .contract import rename_array
-
-    (r, rn), (h, hn) = plan.x_binds
-    sc = lw.scope0
-    if sc.holds(f"{sc.aff(rn)} <= {sc.aff(hn)} + 1"):
-        return lw.binding(d, rhs, role)  # the sum is never the longer loop (by more than one)
-    scat = scatter_binding(lw, d, plan, role)
-    name = lw.arrays[d][0]
-    gath = lw.binding(d, rhs, role)
-    other = lw.arrays[d][0]
-    lw.allocs = [a for a in lw.allocs if a.name != other]
-    lw.arrays[d] = (name, lw.arrays[d][1])
-    gath = [st for st in rename_array(gath, other, name) if not (isinstance(st, Alloc) and st.name == name)]
-    cond = K.Cmp(">", aff_expr(rn, lw.scope0), aff_expr(hn, lw.scope0))
-    return [scat[0], If(cond, tuple(scat[1:]), tuple(gath))]
-
-
 def fuse_with_scatters(binds, outs, base):
     """(fused bindings, {D: ScatterPlan}): fusion.fuse, except that the
     reductions found here and the intermediates they reduce stay bindings."""
@@ -241,4 +198,4 @@ def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
     return [alloc] + stmts
 
 
-__all__ = ["ScatterPlan", "scatter_plans", "scatter_binding", "fuse_with_scatters", "interchange_plan", "interchanged_binding"]
+__all__ = ["ScatterPlan", "scatter_plans", "scatter_binding", "fuse_with_scatters"]
