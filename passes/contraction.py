@@ -9,10 +9,16 @@ cost-preserving, RULES.md 5.7 step 4).
 
 from __future__ import annotations
 
-from tensorlang.ir import Cmp, Expr, Var, access, conj, free_indices, fresh_index, fresh_var, make_gens, make_sums, shape_of, sym_aff
+from tensorlang.ir import TRUE, Cmp, Exists, Expr, Iverson, Var, iverson, access, conj, free_indices, fresh_index, fresh_var, make_gens, make_sums, shape_of, sym_aff
 from tensorlang.typecheck import type_of
 
 from .ssa_form import ContractRHS
+
+
+def _exists(binds, p):
+    for i, n in reversed(list(binds)):
+        p = Exists(i, n, p)
+    return p
 
 
 def affs(ivs) -> list:
@@ -95,7 +101,11 @@ def reduction(gens: list, binds: list, body: Expr):
             r = fresh_var("r", type_of(summed))
             lets_.append((r, summed))
             summed = r
-        summed = make_sums(unused, summed)
+        # summed only where the reduction has a term (its bracket's support over
+        # ~gens): unbracketed, sum[~unused] would add |unused| zeros at every
+        # element that the primal's bracket skipped
+        pred = body.pred if isinstance(body, Iverson) else TRUE
+        summed = make_sums(unused, iverson(_exists(used, pred), summed))
     if gens and not (free_indices(summed) & gvars):
         # rule 6.49, X broadcast (no index of X occurs in the summand): the reduction is
         # the same at every ~i, so it is bound once; inside gen[~i] it would be

@@ -21,7 +21,14 @@ The adjoint rules (Figs. 15-16) leave single-point sums such as
   never changes the cost), followed by ``(gen[i:n] e)[a] ==> e[i := a]``
   (5.21) and ``([p]·e)[a] ==> [p]·e[a]`` (5.22).
 
+Each round works on the program's explicit sharing (``explicit_sharing``,
+what the cost model charges, rule 4.32): a shared term is simplified once at
+its let, a rewrite never inlines a tensor into a loop that would pay it more
+often (5.21), and dropping a dead binding or a pair component keeps what it
+shared with the rest bound.
+
 Every rewrite preserves the value (Fig. 4) and never raises the cost (Fig. 6).
+Predicates are decided in passes/simplify_preds.py.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from tensorlang.ir import (
     walk,
     sym_aff,
 )
-from tensorlang.sharing import explicit_sharing, has_work
+from tensorlang.sharing import explicit_sharing, has_work, shared_terms
 
 from .profile import stage as _timed
 from .simplify_preds import Ctx as _Ctx, decide, eliminate, simplify_pred
@@ -468,6 +475,15 @@ def simplify(e: Expr, *, max_rounds: int = 8) -> Expr:
 def _simplify(e: Expr, max_rounds: int) -> Expr:
     t = type_of(e)
     for _ in range(max_rounds):
+        # The rewrites below are context-dependent (a bracket's facts decide
+        # predicates under it), so a DAG-shared term reached from two contexts
+        # could become two different terms, each paid (6 -> 11 on
+        # S + [2 < n]·S).  Working on the sharing the cost model charges
+        # (rule 4.32, explicit_sharing) simplifies a shared term once, at its let.
+        # (Only when there is such a term: explicit_sharing's invariant-tensor
+        # scan is quadratic in a derivative's let-chain, issue #14.)
+        if shared_terms(e):
+            e = explicit_sharing(e)
         new = _Simplifier().expr(e, _Ctx())
         if new is e:
             break

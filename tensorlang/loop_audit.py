@@ -6,9 +6,12 @@ total derivative and the adjoint, with the paper's verdicts), with the state
 an input.  Then, per checkpoint policy (the loop's own, ``"all"``, ``k =
 √T`` and ``"binomial"``), the reverse sweep's Fig. 6 cost is certified:
 
-    $(adjoint) = $(primal) + $(pre^T) + T·$(body^T) + R·$(body) + $(post^T)
+    $(adjoint) = $(primal) + $(pre^T) + T·($(body^T) + A) + R·$(body) + $(post^T)
 
-with ``R`` the schedule's recomputed steps, and the peak number of stored
+with ``R`` the schedule's recomputed steps, ``A`` the additions of one
+step's input cotangents into their accumulators (one ``[n]`` row per row
+input read as ``f[±t + c, …]``, the whole input otherwise: counted as run,
+so ``f[2t, i]`` shows its ``O(T²n)``), and the peak number of stored
 states.  The policy's factor over the primal is at most ``1 + 4 + R/T``
 (the primal's sweep, each part's adjoint within Theorem 6.55's factor 4 of
 the part, and the recomputation): ``"all"`` 5, ``k`` at most 6, binomial
@@ -38,6 +41,8 @@ def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels:
     known, sizes = A.audit_sizes(expr, sizes)
     body_in = {v.name for v in input_vars(sp.body)}
     body_wrt = [sp.state.name] + [v.name for v in wrt_vars if v.name in body_in]
+    # an input read as f[±t + c, …] is the body's row inputs (loops.row_inputs): [n] cotangents per step
+    body_wrt += [row.name for row, f, _ in sp.rows if f in set(wrt_vars)]
     # hoisted loop-invariant terms (loops.hoist_invariants) of the wrt inputs: inputs of the body too
     body_wrt += [v.name for v, e in sp.hoisted if v.name in body_in and set(input_vars(e)) & set(wrt_vars)]
     body_sizes = {k: v for k, v in sizes.items() if k in {s.name for s in size_vars(sp.body)}}

@@ -23,9 +23,16 @@ The body's loop-invariant terms (``loops.hoist_invariants``) are computed
 once; their cotangents accumulate over the steps like an input's and are
 pulled back through the terms' adjoints once, after the reverse sweep.
 
+An input read only as ``f[±t + c, …]`` (``f[t]``, ``f[t + 1]``,
+``f[T - 1 - t]``) is passed to the body as its rows (``loops.row_inputs``):
+the body's adjoint returns an ``[n]`` cotangent per row, added into that
+row of ``f``'s ``[T][n]`` cotangent, so one gradient costs ``O(Tn)`` for
+it, not ``O(T²n)``; jvp gives the body the tangent's rows.
+
 The cost of the reverse sweep is certified per policy by
-:func:`adjoint_cost`: ``cost(pre^T) + cost(inv^T) + T·cost(body^T) +
-R·cost(body) + cost(post^T)`` with ``R`` the schedule's recomputed steps,
+:func:`adjoint_cost`: ``cost(pre^T) + cost(inv^T) + T·(cost(body^T) + A) +
+R·cost(body) + cost(post^T)`` with ``R`` the schedule's recomputed steps and
+``A`` the additions of one step's input cotangents into their accumulators,
 and the peak number of stored states.
 """
 
@@ -36,7 +43,7 @@ import numpy as np
 from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Var, input_vars, size_vars
 from .backend.loop_kernel import LoopProgram, Part as _Part
-from .loops import binomial_budget, normalize_checkpoint, schedule, split, t_value
+from .loops import binomial_budget, normalize_checkpoint, row_at, schedule, split, t_value
 from .typecheck import type_of, wrt_inputs as _wrt
 
 
@@ -111,7 +118,10 @@ class _Reverse:
         # accumulates their cotangents over the steps, pulled back once after
         hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
         self.hoisted = [v for v, _ in hs]
-        self.body_vjp = vjp_part(sp.body, [sp.state] + xs + self.hoisted, self.dstate) if lp.body is not None else (None, [])
+        # a row input (loops.row_inputs: f[±t + c] at step t) stands for f in the body: an [n] cotangent per step
+        self.row_of = {row.name: (f, idx) for row, f, idx in sp.rows if f in xs}
+        bxs = [row for row, f, _ in sp.rows if f in xs] + xs
+        self.body_vjp = vjp_part(sp.body, [sp.state] + bxs + self.hoisted, self.dstate) if lp.body is not None else (None, [])
         self.inv_vjp = [(v, fresh("d" + v.name)) for v, _ in hs]
         self.inv_vjp = [(v, c, vjp_part(e, xs, c)) for (v, c), (_, e) in zip(self.inv_vjp, hs)]
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
@@ -170,7 +180,8 @@ class _Reverse:
         s0l, fargs = got
         leaves = LK.state_leaves(sp.state.type)
         ph = LK.build_value(sp.state.type, list(s0l))  # placeholders: the programs pass their own leaves
-        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, self.dstate: ph}, sizes, LK.t_name(sp))
+        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, self.dstate: ph}, sizes, LK.t_name(sp),
+                               LK.row_sources(sp, sizes))
         if rargs is None:
             return None
         fcode, rcode, final = _tables(policy, T, sch)
@@ -182,8 +193,14 @@ class _Reverse:
         dsl = [np.array(LK.leaf(ds, p), dtype=np.float64, order="C") for p, _ in leaves]
         xs_ = rdrv_xs(self)
         # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
-        accs = [_tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name] for x in xs_]
-        accs = [np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a) for a in accs]
+        xs_ = [self.row_of[x.name][0] if x.name in self.row_of else x for x in xs_]
+        # private copies; a row's accumulator is its whole input's, one array for all of f's rows
+        mine: dict = {}
+        for x in xs_:
+            if x.name not in mine:
+                a = _tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name]
+                mine[x.name] = np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a)
+        accs = [mine[x.name] for x in xs_]
         out = rp.run("rev_prog", lp.threads, rcode, *s0l, *bufs, *dsl, *[np.empty_like(x) for x in dsl], *accs,
                      *fargs, *rargs)
         L = len(leaves)
@@ -191,12 +208,13 @@ class _Reverse:
             acc[x.name] = float(a) if np.ndim(a) == 0 else a
         return value, LK.build_value(sp.state.type, list(out[:L]))
 
-    def _steps(self, values, sizes, s0, sch, finish, add):
+    def _steps(self, values, sizes, s0, sch, finish, add, acc):
         """(value, the initial state's cotangent): the schedule's actions one
         by one from Python, each step a validated call."""
         lp, sp = self.lp, self.lp.sp
         slots: dict = {}
         cur, ds, value = s0, None, None
+        owned: set = set()  # the row inputs' accumulators, private copies written in place
         for a in sch.actions:
             op = a[0]
             if op == "advance":
@@ -210,8 +228,18 @@ class _Reverse:
             else:  # reverse step t at state cur
                 t = a[1]
                 values[sp.state.name] = cur
+                lp.set_rows(values, sizes, t)
                 sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
                 got = self._run(self.body_vjp, values, sz, self.dstate, ds)
+                for rname, (f, idx) in self.row_of.items():  # its row of f's cotangent (loops.row_inputs)
+                    r = got.pop(rname, None)
+                    if r is None:
+                        continue
+                    if f.name not in owned:
+                        a = acc[f.name]
+                        acc[f.name] = _tzeros(f.type, sizes) if a is None else np.array(a, dtype=np.float64)
+                        owned.add(f.name)
+                    acc[f.name][row_at(idx, sp.loop.ivar, t, sizes)] += r
                 nds = got.pop(sp.state.name, None)
                 add(got)
                 ds = nds if nds is not None else _tzeros(sp.state.type, sizes)
@@ -248,7 +276,7 @@ class _Reverse:
             sch = schedule(policy, T)
             got = self._sweeps(values, sizes, s0, policy, sch, T, finish, acc)
             if got is None:
-                value, ds = self._steps(values, sizes, s0, sch, finish, add)
+                value, ds = self._steps(values, sizes, s0, sch, finish, add, acc)
             else:
                 value, ds = got
         for v, c, part in self.inv_vjp:  # the hoisted terms' cotangents, pulled back once
@@ -403,7 +431,8 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
     dpre = dpart(sp.pre, xs)
     hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
     dinv = [(v, dpart(e, xs)) for v, e in hs]  # the hoisted terms' tangents, computed once
-    dbody = dpart(sp.body, [sp.state] + xs + [v for v, _ in hs]) if lp.body is not None else None
+    rows = [row for row, f, _ in sp.rows if f in xs]  # f[±t + c] at step t (loops.row_inputs), tangent df[±t + c]
+    dbody = dpart(sp.body, [sp.state] + rows + xs + [v for v, _ in hs]) if lp.body is not None else None
     dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
         if n in {v.name for v in input_vars(expr)}:
@@ -433,6 +462,8 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
             values[dstate] = ds
             sz = sizes if sp.t_size is None else {**sizes, sp.t_size.name: t_value(t)}
             values[sp.state.name] = s
+            lp.set_rows(values, sizes, t)
+            lp.set_rows(values, sizes, t, "d")
             ds = run(dbody, sp.body, values, sz, sp.state.type)
             s = lp._step(lp.body, values, sizes, s, t)
         values[sp.final.name] = s
@@ -447,10 +478,25 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
 # Cost certificates per checkpoint policy (issue #17 item 2)
 
 
+def _elements(t, sizes) -> int:
+    """The number of reals in a value of type ``t`` at ``sizes``."""
+    from .ir import PairT, TensorT
+
+    if isinstance(t, PairT):
+        return _elements(t.fst, sizes) + _elements(t.snd, sizes)
+    k = 1
+    while isinstance(t, TensorT):
+        k *= max(0, t.extent.evaluate(sizes))
+        t = t.elem
+    return k
+
+
 def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
     """The reverse sweep's Fig. 6 operation count and peak stored states at
     the given sizes, for a checkpoint policy (default: the loop's own):
-    ``{"primal", "adjoint", "factor", "stored_states", "recomputed_steps"}``."""
+    ``{"primal", "adjoint", "factor", "stored_states", "recomputed_steps",
+    "accumulated_per_step"}``; the adjoint counts the additions of each
+    step's input cotangents into their accumulators (what the sweep runs)."""
     from .costmodel import cost
 
     xs, _ = _wrt(wrt)
@@ -471,12 +517,18 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
 
     tsz = {sp.t_size.name: t_value(0)} if sp.t_size is not None else {}
     hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if T else []
-    body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + xs + [v for v, _ in hs])
+    bwrt = [row for row, f, _ in sp.rows if f in xs] + xs + [v for v, _ in hs]
+    body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + bwrt)
+    # what runs besides: every step adds the body adjoint's cotangent of each
+    # input into its accumulator: one [n] row for f[±t + c, …] (loops.row_inputs),
+    # a whole [T][n] array for an input read otherwise (f[2t]: O(T²n) in all)
+    body_in = set(input_vars(sp.body))
+    accum = sum(_elements(w.type, sizes) for w in bwrt if w in body_in)
     inv = sum(c(e) for _, e in sp.hoisted) if T else 0  # hoisted: once, not per step
     primal = c(sp.pre) + inv + T * body + c(sp.post)
     sch = schedule(policy, T) if T else None
     rec = sch.recomputed if sch else 0
-    adj = (primal + ct(sp.pre, xs) + T * body_t + rec * body + ct(sp.post, [sp.final] + xs)
+    adj = (primal + ct(sp.pre, xs) + T * (body_t + accum) + rec * body + ct(sp.post, [sp.final] + xs)
            + sum(ct(e, xs) for _, e in hs))
     out = {
         "policy": policy if not (isinstance(policy, tuple) and policy[1] is None) else ("binomial", binomial_budget(policy, T)),
@@ -485,6 +537,7 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
         "factor": adj / primal if primal else float("nan"),
         "stored_states": sch.slots if sch else 0,
         "recomputed_steps": rec,
+        "accumulated_per_step": accum,
     }
     if sp.t_size is not None:
         out["note"] = "the body uses t: its cost is taken at t = 0 for every step"

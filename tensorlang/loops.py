@@ -20,7 +20,9 @@ Stages (the node is ``ir.Loop``):
   ``gen``/``sum``) into ``pre`` (computes ``init``), the ``body`` as its own
   program (the state an input, ``t`` a size), and ``post`` (consumes the
   final state); the body's loop-invariant terms are hoisted out of it
-  (:func:`hoist_invariants`) and computed once.  Each part is loop-free and goes through the existing
+  (:func:`hoist_invariants`) and computed once, and an input read only as
+  ``f[±t + c, …]`` becomes per-step row inputs (:func:`row_inputs`: its
+  cotangent is built one row per step).  Each part is loop-free and goes through the existing
   normal forms, derivatives, cost model and backend unchanged
   (``tensorlang.loop_autodiff`` drives them).
 
@@ -152,6 +154,7 @@ class Split:
     post: Expr
     final: Var
     hoisted: tuple = ()  # ((Var, Expr), …): loop-invariant work, computed once before the loop
+    rows: tuple = ()  # ((row Var, input Var, index Aff), …): ``f[±t + c]`` passed as its own input (row_inputs)
 
     @property
     def checkpoint(self):
@@ -194,12 +197,72 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
     state = Var(_fresh_name(taken, "loop_state"), 0, lp.svar.type)
     body = subst(lp.body, vals={lp.svar: state})
     body, hoisted = hoist_invariants(body, state, taken | {final.name, state.name})
+    body, rows = row_inputs(body, lp.ivar, taken | {final.name, state.name} | {v.name for v, _ in hoisted})
     t_size = None
     if lp.ivar in free_indices(body):
         t_size = SizeVar(_fresh_name(taken, "loop_t"))
         body = subst(body, idx={lp.ivar: sym_aff(t_size) - 1})
     post = _replace(expr, lp, final)
-    return Split(lp, lp.extent, lp.init, body, state, t_size, post, final, hoisted)
+    return Split(lp, lp.extent, lp.init, body, state, t_size, post, final, hoisted, rows)
+
+
+def row_inputs(body: Expr, t: IndexVar, taken: set):
+    """Per-step rows (cheap gradients through ``forcing[t, i]``): an input
+    ``f`` whose every access in ``body`` has a leading index ``±t + c``
+    (``c`` made of sizes and a constant: ``f[t]``, ``f[t + 1]``,
+    ``f[T - 1 - t]``) is replaced by one input per such index, of ``f``'s
+    element type, bound to that row of ``f`` at step ``t`` (:func:`row_at`).
+    The body's adjoint then returns an ``[n]`` cotangent per row and step,
+    added into that row of the ``[T][n]`` cotangent, instead of a whole
+    ``[T][n]`` array per step (which made one gradient cost ``O(T²n)``).
+    Inputs read otherwise (``f[i]`` with a bound index, ``f[2t]``) stay
+    whole.  Returns ``(body', ((row Var, f, index Aff), …))``."""
+    from .ir import Access, TensorT
+
+    taken = set(taken)
+    rows = []
+    for f in sorted(input_vars(body), key=lambda v: v.name):
+        if type(f) is not Var or not isinstance(f.type, TensorT):
+            continue  # a sparse tensor keeps its relation guard: stays whole
+        idxs = {x.index for x in walk(body) if isinstance(x, Access) and x.arr is f
+                and x.index.index_vars() == {t} and x.index.coeff(t) in (1, -1)}
+        new, mine = body, []
+        for k, idx in enumerate(sorted(idxs, key=lambda a: (a.coeff(t), str(a)))):
+            name = _fresh_name(taken, f"loop_row_{f.name}" + (f"_{k}" if k else ""))
+            taken.add(name)
+            row = Var(name, 0, f.type.elem)
+            new = _replace_where(new, lambda x, idx=idx: isinstance(x, Access) and x.arr is f and x.index is idx, row)
+            mine.append((row, f, idx))
+        if mine and f not in set(input_vars(new)):  # else some access is not a row: f stays whole
+            body = new
+            rows += mine
+    return body, tuple(rows)
+
+
+def row_at(idx, t_var: IndexVar, t: int, sizes: dict) -> int:
+    """The row of a row input (``row_inputs``) at step ``t``."""
+    return idx.evaluate({t_var: t, **sizes})
+
+
+def _replace_where(e: Expr, hit, new: Expr) -> Expr:
+    memo: dict = {}
+
+    def go(x):
+        if not isinstance(x, Expr):
+            return x
+        if hit(x):
+            return new
+        got = memo.get(x)
+        if got is None:
+            got = memo[x] = rebuild(x, (go_any(c) for c in children(x)))
+        return got
+
+    def go_any(c):
+        if isinstance(c, tuple):
+            return tuple(go_any(y) for y in c)
+        return go(c)
+
+    return go(e)
 
 
 def _invariant(x, state: Var) -> bool:

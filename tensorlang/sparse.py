@@ -356,9 +356,18 @@ def to_sparse(v: SparseVar, value, prepared: dict):
 
     indptr, indices = rd.kernel_arrays((0, 1), (1,), (1,))  # prepared once per relation data
     out = sp.csr_matrix(rd.shape, dtype=vals.dtype)  # filled in place: no index-dtype scan per call
-    out.data, out.indices, out.indptr = np.ascontiguousarray(vals), indices.copy(), indptr.copy()
+    # the pattern is shared with the prepared relation data through read-only
+    # views (copying two nnz-long arrays per call cost more than the kernel's
+    # pass over them); writing into them raises instead of corrupting it
+    out.data, out.indices, out.indptr = np.ascontiguousarray(vals), _frozen(indices), _frozen(indptr)
     out.has_sorted_indices = True
     return out
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 # --------------------------------------------------------------------------

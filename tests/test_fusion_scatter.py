@@ -106,3 +106,30 @@ def test_shifted_consumer_still_correct():
     h = 1e-6
     fd = np.array([(tl.compile(loss)(x=xx + h * e) - tl.compile(loss)(x=xx - h * e)) / (2 * h) for e in np.eye(6)])
     np.testing.assert_allclose(g(x=xx), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_sparse_least_squares_reads_values_in_order_and_matches_scipy():
+    # dx[j] = sum_i [S(i,j)] A[i,j] r[i] runs over S in row order: no CSC permutation
+    sp = pytest.importorskip("scipy.sparse")
+    n, m = tl.sizes("n m")
+    S = tl.relation("S", n, m)
+    A = tl.sparse_tensor("A", S)
+    x, b = tl.tensor("x", m), tl.tensor("b", n)
+    r = tl.gen(n, lambda i: tl.sum(m, lambda j: A[i, j] * x[j]) - b[i])
+    loss = tl.let(r, lambda r: tl.sum(n, lambda i: r[i] * r[i]))
+    g = tl.grad(loss, wrt=[x, A])
+    k = tl.compile(g.program)
+    assert k.spec["relation_orders"] == []  # no permutation of the values
+    # by columns, only the pointers remain (dx is zero on empty columns); no column array
+    assert all(cols == [] for _, perm, _, cols in k.spec["relations"] if perm != sorted(perm))
+    M = sp.random(30, 20, density=0.2, random_state=4, format="csr")
+    rng = np.random.default_rng(4)
+    xv, bv = rng.normal(size=20), rng.normal(size=30)
+    gx, gA = g(A=M, x=xv, b=bv)
+    res = M @ xv - bv
+    np.testing.assert_allclose(gx, 2 * (M.T @ res), rtol=1e-12, atol=1e-12)
+    coo = M.tocoo()
+    want = sp.csr_matrix((2 * res[coo.row] * xv[coo.col], (coo.row, coo.col)), shape=M.shape)
+    np.testing.assert_allclose(gA.toarray(), want.toarray(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError):
+        gA.indices[0] = 1  # the pattern is shared read-only with the prepared relation

@@ -357,3 +357,26 @@ def test_theorem_6_55_when_a_broadcast_scalar_is_summed_inside_a_gen():
     ds0, dx1 = tl.evaluate(adj, dy=dy, n=5, m=3)  # linear: the primal inputs do not occur
     np.testing.assert_allclose(ds0, 6 * dy.sum(), rtol=1e-12)
     np.testing.assert_allclose(dx1, np.diag([dy[k].sum() if k < 3 else 0.0 for k in range(5)]), rtol=1e-12, atol=1e-15)
+
+
+def test_theorem_6_55_when_the_unused_binder_sits_under_a_selective_bracket():
+    # the proofs corpus (random scalar #27, session 4): the first fix of the test above summed
+    # the unused binder j at every element of dx6, where the primal's bracket selects one:
+    # (n+m-1)²·(2n-1) additions against m·(2n-1).  The unused sum now keeps the bracket's support.
+    from tests.counting import counting_cost, total
+
+    n, m = tl.size("n"), tl.size("m")
+    x6 = tl.tensor("x6", n + m, n + m)
+    e = tl.gen(m, lambda i: tl.sum(2 * n, lambda j: tl.iverson(2 * i + 1 < n + m, x6[1, 2 * i + 1])))
+    adj = tl.adjoint(e, wrt=[x6], cotangent="dy", simplify=False)
+    ssa = tl.normalize(e)
+    for nn, mm in ((1, 1), (5, 1), (3, 4), (6, 2)):
+        primal, grad = total(counting_cost(ssa, n=nn, m=mm)), total(counting_cost(adj, n=nn, m=mm))
+        assert tl.cost(adj, n=nn, m=mm) == grad <= 4 * primal
+    dy = np.array([0.5, -2.0, 3.0])
+    got = tl.evaluate(adj, dy=dy, x6=np.ones((5, 5)), n=2, m=3)  # the unsimplified adjoint keeps the primal
+    want = np.zeros((5, 5))
+    for i in range(3):
+        if 2 * i + 1 < 5:
+            want[1, 2 * i + 1] += 4 * dy[i]  # summed over j < 2n = 4
+    np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -64,10 +64,12 @@ def to_loops(node, dims: list, body: list, kind: str) -> list:
     """Signature: to_loops : isl.AstNode -> [stmt].
 
     ``dims`` are the kernel names of the schedule dimensions; ``body`` the
-    statements of the user statement (shared by every copy isl makes).
+    statements of the user statement (shared by every copy isl makes), or a
+    dict of them by isl statement name (separate.py's interior and boundary).
     """
     rename = {f"c{k}": d for k, d in enumerate(dims)}
-    return _node(node, rename, dims, tuple(body), kind)
+    body = {k: tuple(v) for k, v in body.items()} if isinstance(body, dict) else tuple(body)
+    return _node(node, rename, dims, body, kind)
 
 
 def _node(node, rename, dims, body, kind) -> list:
@@ -109,5 +111,7 @@ def _node(node, rename, dims, body, kind) -> list:
             code = expr_of(call.get_op_arg(k), rename)
             if code != K.Name(dims[k - 1]):
                 out.append(Assign(dims[k - 1], code))
+        if isinstance(body, dict):
+            return out + list(body[call.get_op_arg(0).get_id().get_name()])
         return out + list(body)
     raise UnsupportedError(f"unexpected isl AST node {node.to_C_str()}")

@@ -28,7 +28,8 @@ from dataclasses import fields, replace
 from . import kir as K
 from .loopir import AccAdd, Alloc, Assign, Break, If, Loop, Store
 
-FUSABLE = ("gen", "scatter")
+FUSABLE = ("gen", "scatter", "rel")
+LOOKAHEAD = 8  # statements searched for a loop to fuse with (compile time stays linear)
 
 
 # -- kernel-IR traversal -------------------------------------------------------------------------
@@ -161,20 +162,44 @@ def fuse_loops(stmts) -> list:
             continue
         moved = []
         while True:
-            j = k
-            while j < len(stmts) and isinstance(stmts[j], Alloc):
-                j += 1
-            if j < len(stmts) and isinstance(stmts[j], Loop) and _fusable(s, stmts[j]):
-                b = stmts[j]
-                moved += stmts[k:j]
-                kind = "gen" if s.kind == b.kind == "gen" else "scatter"
-                s = replace(s, body=s.body + _rename(b.body, b.var, s.var), kind=kind, parallel=s.parallel and b.parallel)
-                k = j + 1
-            else:
+            j = _partner(s, stmts, k)
+            if j is None:
                 break
+            b = stmts[j]
+            moved += [a for a in stmts[k:j] if isinstance(a, Alloc)]
+            stmts = stmts[:k] + [a for a in stmts[k:j] if not isinstance(a, Alloc)] + stmts[j + 1:]
+            kind = "scatter" if "scatter" in (s.kind, b.kind) else s.kind if s.kind == b.kind else "rel"
+            s = replace(s, body=s.body + _rename(b.body, b.var, s.var), kind=kind, parallel=s.parallel and b.parallel)
         out += moved
         out.append(replace(s, body=tuple(fuse_loops(s.body))))
     return out
+
+
+def _partner(s: Loop, stmts, k: int):
+    """Index of the first loop after position k that fuses with ``s`` and
+    commutes with every statement between them (allocations aside), or None."""
+    between: list = []
+    for j in range(k, min(len(stmts), k + LOOKAHEAD)):
+        b = stmts[j]
+        if isinstance(b, Alloc):
+            continue
+        if isinstance(b, Loop) and _fusable(s, b) and _commute(between, [b]):
+            return j
+        between.append(b)
+    return None
+
+
+def _commute(xs, ys) -> bool:
+    """Do the statement lists touch disjoint data, apart from reading the same?"""
+    if not xs:
+        return True
+    rx, wx, nx = _info(xs)
+    ry, wy, ny = _info(ys)
+    if wx & (set(ry) | wy) or wy & set(rx):
+        return False
+    wnx = {k for k, f in nx.items() if "w" in f}
+    wny = {k for k, f in ny.items() if "w" in f}
+    return not (wnx & set(ny)) and not (wny & set(nx))
 
 
 # -- contraction ---------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from ..ir import TensorT, Var, input_vars, size_vars
-from ..loops import Split, split, t_value
+from ..loops import Split, row_at, split, t_value
 from ..typecheck import check_program
 
 
@@ -101,8 +101,20 @@ class LoopProgram:
     def steps(self, sizes) -> int:
         return self.sp.steps.evaluate(sizes)
 
+    def set_rows(self, values: dict, sizes: dict, t: int, prefix: str = "") -> None:
+        """The per-step rows ``loop_row_f = f[±t + c]`` (``loops.row_inputs``)
+        into ``values`` (``prefix="d"``: the tangents' rows, ``df[±t + c]``)."""
+        for row, f, idx in self.sp.rows:
+            src = values.get(prefix + f.name)
+            if src is None:
+                continue
+            if not isinstance(src, np.ndarray):  # once per call, not per step
+                src = values[prefix + f.name] = np.asarray(src)
+            values[prefix + row.name] = src[row_at(idx, self.sp.loop.ivar, t, sizes)]
+
     def _step(self, part, values, sizes, state, t):
         values[self.sp.state.name] = state
+        self.set_rows(values, sizes, t)
         if self.sp.t_size is not None:
             sizes = {**sizes, self.sp.t_size.name: t_value(t)}
         return part(values, sizes)
@@ -133,10 +145,12 @@ class LoopProgram:
         if not all(isinstance(x, np.ndarray) and x.ndim > 0 and x.dtype == np.float64 for x in leaves):
             return None
         vals = {**values, self.sp.state.name: s0}
-        args = kernel_args(fp.base, vals, sizes, t_name(self.sp))
+        args = kernel_args(fp.base, vals, sizes, t_name(self.sp), row_sources(self.sp, sizes))
         if args is None:
             return None
         check_finite(vals, finite_checks(self.sp.body, vals))
+        whole = {f.name: values[f.name] for _, f, _ in self.sp.rows}  # the rows' sources, named as given
+        check_finite(whole, finite_checks(self.sp.loop, whole))
         return [np.ascontiguousarray(x) for x in leaves], args
 
     def forward(self, inputs: dict):
@@ -178,7 +192,7 @@ class LoopProgram:
 
 IN = -1
 FWD, COPY, REV = 0, 1, 2
-STEP_VERSION = "s4-steps-2"  # in the step modules' cache keys
+STEP_VERSION = "s4-steps-3"  # in the step modules' cache keys
 
 
 def compile_schedule(sch, T: int):
@@ -317,12 +331,13 @@ def _dims(t) -> list:
     return out
 
 
-def _call(spec, names: dict, t_size, outs, prefix: str = "z"):
+def _call(spec, names: dict, t_size, outs, prefix: str = "z", rows=()):
     """``(parameters, call arguments)`` of a step kernel's call from a step
     program: ``<prefix><k>`` for the arguments passed in (``spec``: the
     kernel's own, without the output buffers), ``names`` replacing input
     leaves by ``(name, path)``, ``t + 1`` for ``t_size``, then the output
-    buffers ``outs``."""
+    buffers ``outs``; a row input (``rows``) is passed as ``(whole input,
+    row at t = 0)`` (``kernel_args``) and its row at ``t`` given to the kernel."""
     nsz = len(spec["sizes"])
     params = [f"{prefix}{k}" for k in range(nsz + len(spec["inputs"]) + len(spec.get("temporaries", [])))]
     args = list(params)
@@ -332,6 +347,8 @@ def _call(spec, names: dict, t_size, outs, prefix: str = "z"):
     for k, (nm, path, _) in enumerate(spec["inputs"]):
         if (nm, tuple(path)) in names:
             args[nsz + k] = names[(nm, tuple(path))]
+        elif nm in rows:
+            args[nsz + k] = row_expr(params[nsz + k], rows[nm])
     return params, args + list(outs)
 
 
@@ -431,7 +448,8 @@ def forward_program(part: Part, sp: Split):
 
     def make_src(pooled, copied, par):
         names = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
-        zs, call = _call(spec, names, t_name(sp), [f"bufs{k}[dst]" for k in (pooled or [])] + (["nthreads"] if par else []))
+        zs, call = _call(spec, names, t_name(sp), [f"bufs{k}[dst]" for k in (pooled or [])] + (["nthreads"] if par else []),
+                         rows=row_sources(sp, None))
         lines = [f"def fwd_prog{'_par' if par else ''}(code, {''.join(f's{k}, ' for k in range(L))}"
                  f"{''.join(f'bufs{k}, ' for k in range(L))}{', '.join(zs)}{', nthreads' if par else ''}):",
                  "    for q in range(code.shape[0]):",
@@ -456,7 +474,8 @@ def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: s
     za…)`` running FWD, COPY and REV instructions (the body's steps through
     ``fwd``'s module), or None.  ``wrt``: the adjoint's inputs in output
     order, the state first; the inputs' cotangents accumulate in the order
-    ``t = T-1 … 0`` (``acc + step``), the state's is carried."""
+    ``t = T-1 … 0`` (``acc + step``; a row input's into row ``t`` of its
+    whole input's accumulator), the state's is carried."""
     leaves = state_leaves(sp.state.type)
     if fwd is None or leaves is None or not _usable(part):
         return None
@@ -476,15 +495,30 @@ def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: s
         if j < len(wrt) - 1:
             tree = tree[2]
     accs = [f"acc{j}" for j in range(1, len(wrt))]
+    rowset = row_sources(sp, None)
+    # a row's accumulator is indexed by its row at t: the offset from the body
+    # kernel's argument for the row (zf), which every body kernel reads
+    nszf = len(fwd.base["sizes"])
+    fparam = {nm: f"f{nszf + k}" for k, (nm, _, _) in enumerate(fwd.base["inputs"])}
+    if any(w.name in rowset and w.name not in fparam for w in wrt[1:]):
+        return None
     fnames = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
     anames = {**fnames, **{(dstate, p): f"ds{k}" for k, (p, _) in enumerate(leaves)}}
     fpos = result_leaves(fwd.base["outputs"], leaves)
 
+    def acc_row(j):
+        nm = wrt[j + 1].name
+        if nm not in rowset:
+            return ""
+        p = fparam[nm]
+        return f"[{p}[1] + t]" if rowset[nm][1] == 1 else f"[{p}[1] - t]"
+
     def make_src(pooled, copied, par):
         fpar = par and fwd.par
         zf, fcall = _call(fwd.base, fnames, t_name(sp), [f"bufs{k}[dst]" for k in fwd.pooled] + (["nthreads"] if fpar else []),
-                          prefix="f")
-        za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])] + (["nthreads"] if par else []))
+                          prefix="f", rows=rowset)
+        za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])] + (["nthreads"] if par else []),
+                          rows=rowset)
         head = "".join(f"{x}{k}, " for x in ("s", "bufs", "ds", "dsb") for k in range(L))
         lines = [f"def rev_prog{'_par' if par else ''}(code, {head}{''.join(a + ', ' for a in accs)}"
                  f"{', '.join(zf + za)}{', nthreads' if par else ''}):",
@@ -499,7 +533,8 @@ def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: s
         lines += [f"        elif op == {COPY}:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
         lines += ["        else:", f"            res = {'kernel_parallel' if par else 'kernel_serial'}({', '.join(acall)})"]
         # in place for arrays (the caller's private accumulators): acc + step, as added before
-        lines += [f"            {a} += res[{outs[j]}]" for j, a in enumerate(accs)]
+        # a row input's cotangent (loops.row_inputs) goes into row t of the whole input's: one row per step
+        lines += [f"            {a}{acc_row(j)} += res[{outs[j]}]" for j, a in enumerate(accs)]
         lines += [line for k in (copied or []) for line in (f"            b = dsb{k}", f"            b[...] = res[{pos[k]}]")]
         for k in range(L):  # the new cotangent is in dsb: swap
             lines += [f"            tmp = ds{k}", f"            ds{k} = dsb{k}", f"            dsb{k} = tmp"]
@@ -515,12 +550,15 @@ def reverse_program(part: Part, fwd: StepKernel, sp: Split, wrt: list, dstate: s
     return StepKernel.build(part.fn, pos, leaves, make_src, imports)
 
 
-def kernel_args(spec, values: dict, sizes: dict, t_size):
+def kernel_args(spec, values: dict, sizes: dict, t_size, rows=None):
     """The float64 kernel's arguments (``api.Kernel._run``'s order), or None
-    where a step program does not apply (float32, sizes a proof needs positive)."""
+    where a step program does not apply (float32, sizes a proof needs positive).
+    ``rows``: ``row_sources(sp, sizes)``: a row input's argument is
+    ``(whole input, its row at t = 0)``, the step program takes its row at ``t``."""
+    rows = rows or {}
     if spec.get("needs_positive_sizes") and any(sizes.get(n, 1) < 1 for n in spec["sizes"] if n != t_size):
         return None
-    vals = {k: values[k] for k, _, _ in spec["inputs"]}
+    vals = {k: values[rows[k][0] if k in rows else k] for k, _, _ in spec["inputs"]}
     if precision_of(vals) != "float64":
         return None
     args = [np.int64(1 if n == t_size else sizes[n]) for n in spec["sizes"]]  # t_size: set per step
@@ -528,11 +566,29 @@ def kernel_args(spec, values: dict, sizes: dict, t_size):
         v = vals[name]
         for k in path:
             v = v[k]
-        args.append(np.ascontiguousarray(v, dtype=np.float64) if rank else np.float64(v))
+        if name in rows:
+            args.append((np.ascontiguousarray(v, dtype=np.float64), np.int64(rows[name][2])))
+        else:
+            args.append(np.ascontiguousarray(v, dtype=np.float64) if rank else np.float64(v))
     for name, dims in spec.get("temporaries", []):
         shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
         args.append(np.empty(shape, dtype=np.float64))
     return args
+
+
+def row_sources(sp: Split, sizes) -> dict:
+    """``{row input's name: (whole input's name, ±1, its row at t = 0)}``
+    (``loops.row_inputs``; the row at ``t`` is ``±t + c``; ``sizes=None``:
+    the coefficients only, for the programs' source)."""
+    t = sp.loop.ivar
+    return {row.name: (f.name, idx.coeff(t), None if sizes is None else row_at(idx, t, 0, sizes))
+            for row, f, idx in sp.rows}
+
+
+def row_expr(param: str, src) -> str:
+    """A row input's row at ``t`` in a step program: ``param`` is the pair
+    ``(whole input, row at t = 0)``."""
+    return f"{param}[0][{param}[1] + t]" if src[1] == 1 else f"{param}[0][{param}[1] - t]"
 
 
 def t_name(sp: Split):

@@ -66,14 +66,15 @@ from ..ir import (
 )
 from . import kir as K
 from .astgen import to_loops
-from .fusion import fuse, out_vars, resolve_aliases, split_program
+from .fusion import out_vars, resolve_aliases, split_program
 from .domains import MAX_SIZE, Scope, aff_expr, affine_test, ast_for, box_cons, conjuncts, covers, has_rel, in_range, prove_access
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
+from .separate import separation
 from .contract import fuse_and_contract
-from .scatter import scatter_binding, scatter_plans
+from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
 
 
@@ -184,7 +185,7 @@ class Lowerer(RelationLowering):
                 return st + [Store(name, (K.Name(top[2]),), code)]
             return st + [Store(name, tuple(K.Name(d) for d in dims), code)]
 
-        stmts, full = self.block(gb, p, scope, emit, "gen")
+        stmts, full = self.block(gb, p, scope, emit, "gen", s)
         pooled = role == "temporary" and scope is self.scope0
         if packed is not None:
             # the output is the relation's values in its row-major (CSR) order,
@@ -203,8 +204,10 @@ class Lowerer(RelationLowering):
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
 
-    def block(self, binds, p, scope: Scope, emit, kind: str):
-        """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box)."""
+    def block(self, binds, p, scope: Scope, emit, kind: str, expr=None):
+        """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box).
+        ``expr``: the scalar expression ``emit`` lowers (its brackets' atoms
+        may separate an interior)."""
         names = [self.names.new("index") for _ in binds]
         syms = {i: nm for (i, _), nm in zip(binds, names)}
         sc = scope.child(syms)
@@ -228,16 +231,27 @@ class Lowerer(RelationLowering):
                 self.drivers.append((driver, self._drivable(driver, names, syms)[0], pvar, names))
         inner = sc.child(params=names, cons=box + dom)
         body_scope = inner.child(cons=[inner.pred(t) for t in tests])
+        # boundary pieces apart from the interior, whose copy is branch-free (separate.py)
+        plain = self.mode == "sparse" and driver is None and not tests
+        node, inside = separation(scope, inner, names, box + dom, expr) if plain else (None, None)
         try:
-            body = emit(body_scope, names)
+            if node is not None:
+                body = {"S0": emit(inner.child(cons=inside), names), "S1": emit(body_scope, names)}
+            else:
+                body = emit(body_scope, names)
         finally:
             if pvar is not None:
                 self.drivers.pop()
-        if tests:
+        if node is not None:
+            stmts = to_loops(node, names, body, kind)
+            full = not dom or covers(scope, names, box, dom)
+        elif tests:
             tst, tcode = self.pred_code(conj(*tests), inner)
             if tcode != K.Bool(True):
                 body = tst + [If(tcode, tuple(body))] if tcode != K.Bool(False) else []
-        if driver is None:
+        if node is not None:
+            pass
+        elif driver is None:
             stmts = to_loops(ast_for(scope, names, box + dom), names, body, kind)
             full = not tests and not dom or (not tests and covers(scope, names, box, dom))
         else:
@@ -366,7 +380,7 @@ class Lowerer(RelationLowering):
             st, code = self.scalar(body, inner)
             return st + [AccAdd(acc, code)]
 
-        stmts, _ = self.block(binds, p, sc, emit, "sum")
+        stmts, _ = self.block(binds, p, sc, emit, "sum", body)
         return [Assign(acc, K.Float(0.0))] + stmts, K.Name(acc)
 
     def scalar_var(self, e: Expr) -> str:
@@ -511,7 +525,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
         lw = Lowerer(program, mode)
         lw.no_pack = set(no_pack)
         if fused is None:
-            fused, plans = _fuse(binds, outs, lw.scope0)
+            fused, plans = fuse_with_scatters(binds, outs, lw.scope0)
         body = []
         outset = set(outs)
         try:
@@ -601,18 +615,9 @@ def fused_program(expr: Expr) -> Expr:
     binds, out = split_program(expr)
     binds, out = resolve_aliases(binds, out)
     base = Lowerer(expr, "sparse").scope0
-    binds, _ = _fuse(binds, out_vars(out), base)
+    binds, _ = fuse_with_scatters(binds, out_vars(out), base)
     return make_lets(binds, out)
 
-
-def _fuse(binds, outs, base):
-    """(fused bindings, {D: ScatterPlan}): the reductions of an intermediate
-    that scatter.py accumulates from its producer's loops stay bindings."""
-    keep = [o for o in outs if isinstance(o, Var)]
-    pre = scatter_plans(binds, keep)
-    keep += [p.x for p in pre.values()] + list(pre)
-    fused = fuse(binds, keep, base)
-    return fused, scatter_plans(fused, [o for o in outs if isinstance(o, Var)])
 
 
 def _out_spec(out, outs):

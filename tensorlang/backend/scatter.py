@@ -16,14 +16,22 @@ factor of ``M`` (``M`` is zero wherever ``X`` is).  Each such loop reads
 ``X`` at its own point only, so :mod:`.contract` fuses it with X's loop and
 replaces ``X`` by a per-iteration local: no n x n temporary remains.
 
+The same accumulation serves a sum over a relation whose gather would run
+transposed: ``dx[j] = sum[i] [S(i, j)]·A[i, j]·r[i]`` (the adjoint of
+``A x``) gathers over S's coordinates sorted by column, reading A's values
+through a permutation (issue #16 item 4); run over S in its own order it
+reads ``vals[p]`` in sequence and adds into ``dx[j]``, and fuses with the
+other passes over S (:mod:`.contract`).
+
 Scatter loops write shared elements: they are never run in parallel.
 """
 
 from __future__ import annotations
 
-from ..ir import Access, Add, Call, Gen, Iverson, Let, Mul, Proj, Rel, SparseVar, Sum, Var, accesses, conj, free_vars, gens, subst, sums, walk
+from ..ir import TRUE, Access, Add, Call, Gen, Iverson, Let, Mul, Proj, Rel, SparseVar, Sum, Var, accesses, conj, free_vars, gens, subst, sums, walk
 from . import kir as K
-from .domains import aff_expr
+from .domains import aff_expr, conjuncts
+from .fusion import fuse
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import Alloc, Store
 
@@ -103,6 +111,41 @@ def _plan(x, x_rhs, d_rhs):
     return ScatterPlan(x, xg, px, d_binds, subst(conj(p0, p1), idx=sigma), subst(m, idx=sigma))
 
 
+def _plain_var(a):
+    if a.const == 0 and len(a.terms) == 1 and a.terms[0][1] == 1:
+        return a.terms[0][0]
+    return None
+
+
+def _transposed_plan(d_rhs):
+    """``D = gen[h] sum[r] [R(.., r, .., h, ..) ∧ q]·M``: gathering, the sum
+    would run over R's coordinates sorted by a later column (CSC-like order,
+    values read through a permutation); accumulating instead, the loops run
+    over R in its own order (CSR, ``vals[p]`` in sequence) and add into D."""
+    dg, dbody = gens(d_rhs)
+    if not dg:
+        return None
+    p0, b1 = split_bracket(hoist(dbody))
+    rb, inner = sums(b1)
+    if not rb:
+        return None
+    p1, m = split_bracket(hoist(inner))
+    gv, sv = {v for v, _ in dg}, {v for v, _ in rb}
+    for c in conjuncts(conj(p0, p1)):
+        if not isinstance(c, Rel):
+            continue
+        args = [_plain_var(a) for a in c.args]
+        if any(a is None for a in args) or len(set(args)) != len(args) or not set(args) <= gv | sv:
+            continue
+        kinds = ["s" if a in sv else "g" for a in args]
+        if "s" not in kinds or "g" not in kinds[kinds.index("s"):]:
+            continue  # the gather already runs in R's own order
+        own = dict(dg + rb)
+        order = [(a, own[a]) for a in args] + [(v, n) for v, n in dg + rb if v not in args]
+        return ScatterPlan(None, order, TRUE, list(dg), conj(p0, p1), m)
+    return None
+
+
 def scatter_plans(binds, outs) -> dict:
     """``{D: ScatterPlan}`` for the bindings that reduce an intermediate X
     used by nothing else (every use of X one of these reductions)."""
@@ -117,7 +160,22 @@ def scatter_plans(binds, outs) -> dict:
         got = {d: _plan(x, rhs, r) for d, r in users}
         if all(p is not None for p in got.values()):
             plans.update(got)
+    for d, rhs in binds:
+        if d not in plans:
+            got = _transposed_plan(rhs)
+            if got is not None:
+                plans[d] = got
     return plans
+
+
+def fuse_with_scatters(binds, outs, base):
+    """(fused bindings, {D: ScatterPlan}): fusion.fuse, except that the
+    reductions found here and the intermediates they reduce stay bindings."""
+    keep = [o for o in outs if isinstance(o, Var)]
+    pre = scatter_plans(binds, keep)
+    keep += [p.x for p in pre.values() if p.x is not None] + list(pre)
+    fused = fuse(binds, keep, base)
+    return fused, scatter_plans(fused, [o for o in outs if isinstance(o, Var)])
 
 
 def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
@@ -136,8 +194,8 @@ def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
         at = tuple(K.Name(dims[pos[y]]) for y, _ in plan.d_binds)
         return st + [Store(name, at, K.sum_of([K.Load(name, at), code]))]
 
-    stmts, _ = lw.block(plan.x_binds, conj(plan.x_pred, plan.pred), lw.scope0, emit, "scatter")
+    stmts, _ = lw.block(plan.x_binds, conj(plan.x_pred, plan.pred), lw.scope0, emit, "scatter", plan.value)
     return [alloc] + stmts
 
 
-__all__ = ["ScatterPlan", "scatter_plans", "scatter_binding"]
+__all__ = ["ScatterPlan", "scatter_plans", "scatter_binding", "fuse_with_scatters"]
