@@ -357,9 +357,9 @@ def _add(a, b):
     return a + b
 
 
-def _combine(spec: _Spec, leaves: bool, *parts):
-    """One node of the tree reduction: sum values and shared gradients."""
-    parts = [_split(spec, p) for p in parts] if leaves else parts
+def _combine(*parts):
+    """One node of the tree reduction over chunk summaries (:func:`_split`):
+    sum values and shared gradients."""
     value, shared, dtypes = parts[0]
     for v, s, d in parts[1:]:
         value, shared = value + v, _add(shared, s)
@@ -464,10 +464,15 @@ class _Sharded:
             tasks.append((j, d))
         if not tasks:
             raise InputError(f"the batch is empty ({sv.name} = 0): nothing to shard")
-        level, depth = [d for _, d in tasks], 0
+        # Each chunk's (value, shared gradients) summary is taken where the chunk
+        # ran, so the tree reduction moves a few small arrays between workers,
+        # never the chunk's batched gradient (n floats per signal).
+        level = [dask.delayed(_split, pure=False)(spec, d, dask_key_name=(f"tensorlang-split-{tok}", j))
+                 for j, d in tasks]
+        depth = 0
         while len(level) > 1 or depth == 0:
             level = [
-                dask.delayed(_combine, pure=False)(spec, depth == 0, *level[i:i + self.split_every],
+                dask.delayed(_combine, pure=False)(*level[i:i + self.split_every],
                                                    dask_key_name=(f"tensorlang-sum-{tok}-{depth}", i))
                 for i in range(0, len(level), self.split_every)
             ]
