@@ -17,9 +17,12 @@ term out of Iverson brackets could evaluate an access the bracket guarded
 (``[0 ≤ i - 1]·x[i - 1]``), so the bound value keeps the brackets it was
 under: ``let t = [g]·s``, where ``g`` says "some occurrence of ``s`` is
 evaluated" (the guards on the paths to it, with the loop indices between the
-home and the occurrence existentially quantified).  Where an occurrence is
-unguarded, or every access in ``s`` is in range by the ranges of its indices
-and the brackets inside ``s`` (:func:`provably_safe`), no bracket is added.
+home and the occurrence existentially quantified).  Only where some
+occurrence is unguarded (``g`` is ``true``) is no bracket added.  The guard
+stays even when ``s`` could be evaluated anywhere without an out-of-range
+access: rule 4.32 charges a let's value in full, so an unguarded value under
+a false bracket would be charged work the evaluator skips (4.33), and the
+pass would not be cost-neutral (Section 5, ``c·$⟦e⟧ ≥ $⟦γ(e)⟧`` with c = 1).
 """
 
 from __future__ import annotations
@@ -27,16 +30,11 @@ from __future__ import annotations
 from .ir import (
     FALSE,
     TRUE,
-    Access,
     Add,
-    Aff,
-    And,
     Call,
-    Cmp,
     Exists,
     Expr,
     Gen,
-    IndexVar,
     Iverson,
     Let,
     Mul,
@@ -55,7 +53,6 @@ from .ir import (
     rebuild,
     subst,
     sym_aff,
-    walk,
 )
 from .printer import pretty as _print
 from .typecheck import type_of
@@ -218,75 +215,9 @@ def needed(body: Expr, s: Expr):
     return go(body)
 
 
-def _min_over(b: Aff, ranges: dict):
-    """The least value of ``b`` over the index ranges, as an Aff of sizes (None
-    if ``b`` mentions an index of unknown range)."""
-    lo = {}
-    for s, c in b.terms:
-        if s in ranges:
-            lo[s] = Aff((), 0) if c > 0 else ranges[s] - 1
-        elif isinstance(s, IndexVar):
-            return None
-    return b.subst(lo)
-
-
-def _nonneg(b: Aff, ranges: dict, facts: tuple) -> bool:
-    """Is ``b >= 0`` for all indices in range and sizes >= 0, given the facts
-    ``f >= 0`` of the enclosing brackets?  (Sufficient: ``b`` or ``b - f``
-    is a non-negative combination.)"""
-    for cand in (b, *(b - f for f in facts)):
-        low = _min_over(cand, ranges)
-        if low is not None and all(c >= 0 for _, c in low.terms) and low.const >= 0:
-            return True
-    return False
-
-
-def _facts(p) -> tuple:
-    """Affine facts ``f >= 0`` implied by a conjunction of comparisons."""
-    match p:
-        case And(lhs=a, rhs=b):
-            return _facts(a) + _facts(b)
-        case Cmp(op="<", lhs=a, rhs=b):
-            return (b - a - 1,)
-        case Cmp(op="<=", lhs=a, rhs=b):
-            return (b - a,)
-        case Cmp(op="==", lhs=a, rhs=b):
-            return (b - a, a - b)
-    return ()
-
-
-def provably_safe(s: Expr, ranges: dict) -> bool:
-    """Can ``s`` be evaluated anywhere its free indices are in range without
-    an out-of-range tensor access?  Each access must be in range by the ranges
-    of its indices, helped by the comparisons of the brackets around it inside
-    ``s``.  (A relation outside its extents is just false, never an error.)"""
-    memo: dict = {}
-
-    def go(x, rng, facts) -> bool:
-        key = (x, facts)
-        got = memo.get(key)
-        if got is not None:
-            return got
-        match x:
-            case Iverson(pred=p, body=b):
-                out = go(b, rng, facts + _facts(p))
-            case Gen(var=i, extent=n, body=b) | Sum(var=i, extent=n, body=b):
-                out = go(b, {**rng, i: n}, facts)
-            case Access(arr=a, index=ix):
-                ext = type_of(a).extent
-                out = _nonneg(ix, rng, facts) and _nonneg(ext - 1 - ix, rng, facts) and go(a, rng, facts)
-            case _:
-                out = all(go(c, rng, facts) for c in _binder_free_children(x))
-        memo[key] = out
-        return out
-
-    return go(s, dict(ranges), ())
-
-
 def _bind(e: Expr, shared: set) -> Expr:
     inputs = free_vars(e)
     outer_fi = free_indices(e)
-    ranges = {x.var: x.extent for x in walk(e) if isinstance(x, (Gen, Sum, Exists))}
 
     def homed(candidates, bound_v, bound_i, var):
         out = []
@@ -327,7 +258,11 @@ def _bind(e: Expr, shared: set) -> Expr:
         binds = []
         for s in here:
             v = fresh_var("t", type_of(s))
-            guard = TRUE if provably_safe(s, ranges) else needed(body, s)
+            # the guard on every occurrence, even where s reads in range
+            # anywhere: evaluating s where the program skips it would charge
+            # work the evaluator never does (4.33; cost-neutrality, Sec. 5).
+            # iverson() drops a guard that is literally true.
+            guard = needed(body, s)
             binds.append((v, iverson(guard, _replace(s, repl))))
             repl[s] = v
         new_body = go(_replace(body, repl), bound_v, bound_i)

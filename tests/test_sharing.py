@@ -11,6 +11,7 @@ import tensorlang as tl
 from tensorlang.ir import Gen, Iverson, Let, Mul, Sum, Var, lets, walk
 from tensorlang.sharing import explicit_sharing, has_work, invariant_tensors, shared_terms
 
+from .counting import counting_cost, total
 from .strategies import Program, assert_close, programs
 
 n, m = tl.sizes("n m")
@@ -22,11 +23,15 @@ def test_a_tensor_indexed_twice_is_bound_once():
     e = tl.sum(n, lambda i: tl.iverson(i + 1 < n, y[i] * y[i + 1]))
     s = explicit_sharing(e)
     binds, body = lets(s)
-    assert len(binds) == 1 and binds[0][1] is y
+    # y is only read under [i + 1 < n] (never at n = 1), so it is bound under that guard
+    assert len(binds) == 1 and isinstance(binds[0][1], Iverson) and binds[0][1].body is y
     assert y not in set(walk(body))
     xv = np.array([1.0, -2.0, 3.0, 0.5])
     sq = xv * xv
     assert tl.evaluate(s, x=xv) == pytest.approx(float(np.sum(sq[:-1] * sq[1:])))
+    # hand count (Fig. 6): y once (k mults), k - 1 products, k - 2 adds; nothing at k = 1
+    for k in (1, 2, 3, 6):
+        assert tl.cost(e, n=k) == total(counting_cost(e, n=k)) == (0 if k == 1 else 3 * k - 3)
 
 
 def test_a_closed_tensor_indexed_in_a_loop_is_hoisted():
@@ -124,13 +129,18 @@ def test_the_cost_model_charges_the_deconvolution_intermediate_once():
     assert tl.cost(loss, n=N, m=M) == N * (2 * M - 1) + 3 * N + (N - 1)
 
 
-def test_a_term_whose_accesses_are_guarded_inside_it_needs_no_outer_bracket():
-    """gen[i] [0 ≤ i-1]·x[i-1]·c is safe anywhere: hoisted out of [0 < i] it stays unbracketed;
-    a tensor that reads out of range for small n keeps the bracket of its uses."""
+def test_a_hoisted_term_keeps_the_bracket_of_its_uses():
+    """gen[i] [0 ≤ i-1]·x[i-1]·c reads in range anywhere, but hoisted out of [0 < i] it still
+    keeps that bracket (exists i. 0 < i): a term safe to evaluate is not free to evaluate, and
+    the cost model must not charge work the program skips (Fig. 6 4.33).  A tensor that reads
+    out of range for small n keeps the bracket of its uses too."""
     x, c = tl.tensor("x", n), tl.scalar("c")
     safe = tl.gen(n, lambda i: tl.iverson(i > 0, x[i - 1] * c))
-    s = explicit_sharing(tl.sum(n, lambda i: tl.iverson(i > 0, safe[i] * safe[i])))
-    assert isinstance(s, Let) and s.value is safe
+    e0 = tl.sum(n, lambda i: tl.iverson(i > 0, safe[i] * safe[i]))
+    s = explicit_sharing(e0)
+    assert isinstance(s, Let) and isinstance(s.value, Iverson) and s.value.body is safe
+    xv = np.array([1.0, 2.0, 3.0, 4.0])
+    assert tl.evaluate(s, x=xv, c=2.0) == pytest.approx(float(np.sum((2 * xv[:-1]) ** 2)))
     # reads x[1], x[2]: in range only when n > 2, which the bracket around its uses says
     unsafe = tl.gen(2, lambda k: x[k + 1] * c)
     e = tl.sum(n, lambda i: tl.iverson(2 < n, unsafe[0] * unsafe[1] * x[i]))
