@@ -114,37 +114,61 @@ def _binder_free_children(x):
 
 def invariant_tensors(e: Expr) -> list:
     """Tensor-valued sub-terms that do work and occur inside a gen or sum
-    whose index they do not depend on (loop-invariant intermediate tensors)."""
+    whose index they do not depend on (loop-invariant intermediate tensors).
+
+    A term is invariant where its innermost enclosing gen/sum does not bind
+    one of its indices and no let between that loop and the term binds one of
+    its variables.  So the context of a visit is just (innermost loop, lets
+    since it), interned as one small object: a long let chain costs one step
+    per let, not a copy of the binder path per let (which made this
+    quadratic in the adjoint's let blocks)."""
     found: dict = {}
-    seen = set()
+    seen: set = set()
+    interned: dict = {}
+    since_loop: dict = {}  # let variables bound since the innermost loop -> how often
 
-    def invariant(x, stack) -> bool:
-        fi, fv = free_indices(x), free_vars(x)
-        for b in reversed(stack):
-            if isinstance(b, (Gen, Sum)):
-                return b.var not in fi
-            if b.var in fv:  # a let whose variable the term uses
-                return False
-        return False
+    def intern(key):
+        c = interned.get(key)
+        if c is None:
+            c = interned[key] = object()
+        return c
 
-    def go(x, stack):
-        key = (x, stack)
+    def invariant(x, loop) -> bool:
+        if loop.var in free_indices(x):
+            return False
+        fv = free_vars(x)
+        small, big = (since_loop, fv) if len(since_loop) < len(fv) else (fv, since_loop)
+        return not any(v in big for v in small)
+
+    def go(x, loop, ctx):
+        key = (x, ctx)
         if key in seen:
             return
         seen.add(key)
-        if stack and isinstance(type_of(x), TensorT) and has_work(x) and invariant(x, stack):
+        if loop is not None and has_work(x) and isinstance(type_of(x), TensorT) and invariant(x, loop):
             found[x] = None
         match x:
             case Gen(body=b) | Sum(body=b):
-                go(b, stack + (x,))
-            case Let(value=e0, body=e1):
-                go(e0, stack)
-                go(e1, stack + (x,))
+                nonlocal since_loop
+                saved, since_loop = since_loop, {}
+                go(b, x, intern((x,)))
+                since_loop = saved
+            case Let(var=v, value=e0, body=e1):
+                go(e0, loop, ctx)
+                if loop is None:  # no loop yet: nothing is invariant, lets do not matter
+                    go(e1, None, None)
+                else:
+                    since_loop[v] = since_loop.get(v, 0) + 1
+                    go(e1, loop, intern((ctx, x)))
+                    if since_loop[v] == 1:
+                        del since_loop[v]
+                    else:
+                        since_loop[v] -= 1
             case _:
                 for c in _expr_children(x):
-                    go(c, stack)
+                    go(c, loop, ctx)
 
-    go(e, ())
+    go(e, None, None)
     return list(found)
 
 
