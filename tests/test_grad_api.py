@@ -206,6 +206,15 @@ def test_grad_matches_central_finite_differences(prog):
 @settings(max_examples=20, **SETTINGS)
 @given(programs(smooth=True), st.integers(0, 2**31))
 def test_dot_product_test_and_naive_equals_sparse(prog, seed):
+    # The derivative calculus is under test here, so the derived programs run
+    # on the reference evaluator (three Numba compiles per example took 140 s
+    # of CI); test_backend_hypothesis checks compiled gradients against it.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TENSORLANG_RUNTIME", "evaluator")
+        _dot_product_and_naive(prog, seed)
+
+
+def _dot_product_and_naive(prog, seed):
     wrt = _scalar_wrt(prog)
     assume(wrt)
     assume(not _array_of_structs(tl.type_of(prog.expr)))  # a cotangent input must be a struct of arrays
