@@ -92,6 +92,15 @@ class RelationData:
             out = out * n + self.coords[:, k]
         return out
 
+    def flat_index(self) -> np.ndarray:
+        """:meth:`linear` in the stored order, kept: where each value of a
+        packed cotangent goes in a row-major dense array (one flat store)."""
+        got = self._arrays.get("flat")
+        if got is None:
+            got = self._arrays["flat"] = self.linear()
+            got.setflags(write=False)
+        return got
+
     def order(self, perm) -> np.ndarray:
         """Positions of the coordinates sorted with columns in order ``perm``
         (the CSC permutation for ``(1, 0)``)."""
