@@ -222,12 +222,22 @@ def _structure(x, copy: bool = False):
     return None  # other formats (lil, dok, dia, bsr): converted on every call
 
 
+def _equal(x: np.ndarray, y: np.ndarray) -> bool:
+    """Exact equality, compared as the arrays' bytes in 8-byte words when
+    both are contiguous (a bool mask: 8x fewer elements and temporaries than
+    ``np.array_equal``).  Equal bytes imply equal bools and integers; unequal
+    bytes at worst convert the data again."""
+    if x.flags.c_contiguous and y.flags.c_contiguous and x.nbytes % 8 == 0 and x.nbytes:
+        return bool(np.array_equal(x.reshape(-1).view(np.uint64), y.reshape(-1).view(np.uint64)))
+    return bool(np.array_equal(x, y))
+
+
 def _same(a, b) -> bool:
     if a is None or b is None or len(a) != len(b) or a[0] != b[0]:
         return False
     for x, y in zip(a[1:], b[1:]):
         if isinstance(x, np.ndarray):
-            if not (isinstance(y, np.ndarray) and x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y)):
+            if not (isinstance(y, np.ndarray) and x.shape == y.shape and x.dtype == y.dtype and _equal(x, y)):
                 return False
         elif x != y:
             return False
