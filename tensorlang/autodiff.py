@@ -271,7 +271,9 @@ class _Program:
             missing = [k for k in self.extra if k not in kwargs]
             if missing:
                 raise InputError(f"missing input(s) {missing}")
-            _, sizes, _, _ = prepare_inputs(self.source, src_kw, compressed=True)  # sizes only: no dense copies
+            # sizes only (no dense copies); the inputs passed on are checked for NaN/inf by the kernel's own
+            # validation, so each array is scanned once per call (issue 13)
+            _, sizes, _, _ = prepare_inputs(self.source, src_kw, compressed=True, finite_elsewhere=self.inputs)
             bounds.check_sizes(self.constraints, sizes)
             call_sizes = {k: v for k, v in sizes.items() if k in self.sizes}
             if sig is not None:
