@@ -175,14 +175,14 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
 # Callables
 
 
-_dispatch = None  # (check_finite, signature), imported on the first call (a per-call import costs ~1 us)
+_dispatch = None  # (check_finite, signature, relation_inputs), imported on the first call (a per-call import costs ~1 us)
 
 
 def _load_dispatch() -> None:
     global _dispatch
-    from .backend.dispatch import check_finite, signature
+    from .backend.dispatch import check_finite, relation_inputs, signature
 
-    _dispatch = (check_finite, signature)
+    _dispatch = (check_finite, signature, relation_inputs)
 
 
 class _Program:
@@ -211,11 +211,14 @@ class _Program:
         self.rels = {r.name for r in relations_of(prog)}
         # call signature -> (sizes passed on, finiteness checks, fast entry or None)
         self._plans: dict = {}
-        self._plannable = not relations_of(source)
         from .sparse import sparse_inputs
 
         self.sparse_src = source if not extra else _with_inputs(source, extra)
         self.sparse = bool(sparse_inputs(self.sparse_src))
+        # relation data enters a plan as RelationData (dispatch.relation_inputs);
+        # sparse tensors (which may come as dense arrays) always take the full path
+        self.rel_names = tuple(dict.fromkeys(r.name for r in relations_of(self.sparse_src)))
+        self._plannable = not self.sparse
         self.packed_ok = False  # set by grad/vjp for sparse wrt (their outputs go through _sparse_out)
 
     def prepared(self, kwargs: dict) -> dict:
@@ -234,7 +237,9 @@ class _Program:
             kwargs = prepare(self.sparse_src, kwargs)
         if _dispatch is None:
             _load_dispatch()
-        check_finite, signature = _dispatch
+        check_finite, signature, relation_inputs = _dispatch
+        if self.rel_names:  # once per call, through tl.relation_data's cache (a mutated mask is converted again)
+            kwargs = relation_inputs(kwargs, self.rel_names)
         sig = signature(kwargs) if self._plannable else None
         plan = self._plans.get(sig) if sig is not None else None
         if plan is not None and plan[2] is not None:
@@ -242,7 +247,12 @@ class _Program:
             # input, then the kernel's own plan (no second signature, no kwargs)
             run, kplan, checks = plan[2]
             check_finite(kwargs, checks)
-            return run(kplan, kwargs, None)
+            out = run(kplan, kwargs, None)  # relation outputs come back packed
+            if self.rel_names and not self.packed_ok:
+                from .sparse import unpack_outputs
+
+                out = unpack_outputs(out)
+            return out
         return self._call(kwargs, sig, plan)
 
     @deep
@@ -261,7 +271,9 @@ class _Program:
             missing = [k for k in self.extra if k not in kwargs]
             if missing:
                 raise InputError(f"missing input(s) {missing}")
-            _, sizes, _, _ = prepare_inputs(self.source, src_kw, compressed=True)  # sizes only: no dense copies
+            # sizes only (no dense copies); the inputs passed on are checked for NaN/inf by the kernel's own
+            # validation, so each array is scanned once per call (issue 13)
+            _, sizes, _, _ = prepare_inputs(self.source, src_kw, compressed=True, finite_elsewhere=self.inputs)
             bounds.check_sizes(self.constraints, sizes)
             call_sizes = {k: v for k, v in sizes.items() if k in self.sizes}
             if sig is not None:
@@ -275,8 +287,9 @@ class _Program:
             from .sparse import keep_packed
 
             with keep_packed():  # sparse cotangents come back packed on their relation
-                return self.fn(**call)
-        out = self.fn(**call)
+                out = self.fn(**call)
+        else:
+            out = self.fn(**call)
         if sig is not None and plan is not None:
             entry = getattr(self.fn, "planned_entry", None)
             got = entry(call) if entry is not None else None

@@ -357,12 +357,16 @@ def infer_sizes(constraints, given: dict) -> dict:
     return sizes
 
 
-def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None, compressed: bool = False):
+def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None, compressed: bool = False,
+                   finite_elsewhere=frozenset()):
     """Validate inputs by name and shape; return (env, sizes, relations, domain).
 
     Shared by the evaluator and the compiled kernels' argument checking.
     ``compressed`` (the kernels): sparse tensors stay ``SparseData`` and
     relations come back as ``RelationData`` instead of dense tables.
+    ``finite_elsewhere``: names of inputs whose NaN/inf check the caller
+    leaves to the kernel it calls next (a derived program's own inputs,
+    checked there), so that one call scans each array once (issue 13).
     """
     from . import sparse as sparse_
 
@@ -434,7 +438,7 @@ def prepare_inputs(program: Expr, kwargs: dict, *, exact: bool | None = None, co
                     raise InputError(f"input {v.name} has pair type {v.type}; pass a tuple (a, b)")
                 leaf = leaf[k]
             what = v.name + "".join(f".{k}" for k in path)
-            arr = _as_array(leaf, what, dom)
+            arr = _as_array(leaf, what, dom, finite=v.name not in finite_elsewhere)
             if arr.ndim != len(ext):
                 raise InputError(f"input {what} must have {len(ext)} dimension(s) for type {v.type}, got shape {arr.shape}")
             for a, length in zip(ext, arr.shape):
@@ -496,7 +500,7 @@ def _is_object(val) -> bool:
     return isinstance(val, np.ndarray) and val.dtype == object
 
 
-def _as_array(val, what, dom: Domain):
+def _as_array(val, what, dom: Domain, finite: bool = True):
     if dom.exact:
         try:
             arr = np.asarray(val, dtype=object)
@@ -513,7 +517,7 @@ def _as_array(val, what, dom: Domain):
     if arr.dtype.kind not in "fiu" or arr.dtype == bool:
         raise InputError(f"input {what} must be a real array, got dtype {arr.dtype}")
     arr = arr.astype(np.float64, copy=False)
-    if not np.all(np.isfinite(arr)):
+    if finite and not np.all(np.isfinite(arr)):
         raise InputError(f"input {what} contains NaN or infinity")
     return arr
 

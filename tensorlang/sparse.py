@@ -161,8 +161,8 @@ class SparseData:
 
     def dense(self, dtype=np.float64) -> np.ndarray:
         d = np.zeros(self.rel.shape, dtype=dtype)
-        if self.rel.nnz:
-            d[tuple(self.rel.coords.T)] = self.values
+        if self.rel.nnz:  # one store through linear indices into the flat view (not a fancy index per column)
+            d.reshape(-1)[self.rel.flat_index()] = self.values
         return d
 
 

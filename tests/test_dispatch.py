@@ -115,7 +115,9 @@ def test_signature_covers_what_decides_validation():
     assert dispatch.signature({"x": (a, 1.0)}) == dispatch.signature({"x": (np.ones(3), 2.0)})
 
 
-def test_relations_take_the_full_path_every_call(plan_count):
+def test_relation_programs_plan_by_shape_and_reconvert_mutated_data(plan_count):
+    # relation data is re-prepared (tl.relation_data's cache) on every call;
+    # the plan is keyed by its shape, so new or mutated data gives new answers
     n = tl.size("n")
     x = tl.tensor("x", n)
     R = tl.relation("R", n, n)
@@ -128,4 +130,6 @@ def test_relations_take_the_full_path_every_call(plan_count):
     np.testing.assert_allclose(k(x=xs, R=m2), np.full(3, xs.sum()))  # same shape, new data
     m2[0, :] = False
     np.testing.assert_allclose(k(x=xs, R=m2), [0.0, 3.0, 3.0])  # mutated in place
-    assert not k._plans
+    assert len(k._plans) == 1  # one signature: x's and R's shapes
+    np.testing.assert_allclose(k(x=np.arange(4.0), R=np.eye(4, dtype=bool)), np.arange(4.0))  # new shape: re-planned
+    assert len(k._plans) == 2

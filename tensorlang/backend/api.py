@@ -45,11 +45,11 @@ from .. import bounds
 from ..errors import InputError, TensorLangError
 from ..ir import Call, Expr, PairT, RealT, Rel, TensorT, input_vars, relations_of, walk
 from ..relation_data import _is_scipy as is_scipy
-from ..sparse import SparseData, keeps_packed, unpack_outputs
+from ..sparse import SparseData, keeps_packed, sparse_inputs, unpack_outputs
 from ..typecheck import check_program
 from ..loops import has_loop
 from . import cache as _cache
-from .dispatch import check_finite, finite_checks, remember, signature
+from .dispatch import check_finite, finite_checks, relation_inputs, remember, signature
 from .domains import MAX_SIZE
 
 # Measured on the 2-core development machine (benchmarks/parallel_bench.py,
@@ -113,7 +113,10 @@ class Kernel:
         self.python = False  # run the generated source as plain Python (tests)
         self._pool = threading.local()
         self._plans: dict = {}  # call signature -> _Plan (dispatch.py)
-        self._plannable = not relations_of(expr)  # relation data is converted per call
+        # relation data enters a plan as RelationData (dispatch.relation_inputs);
+        # sparse tensors (which may come as dense arrays) always take the full path
+        self._rel_names = tuple(dict.fromkeys(r.name for r in relations_of(expr)))
+        self._plannable = not sparse_inputs(expr)
         self._type = None
         self._packed = any(isinstance(n, Rel) for n in walk(expr))  # may return packed outputs
 
@@ -208,6 +211,8 @@ class Kernel:
         return out
 
     def _call(self, inputs: dict):
+        if self._rel_names:  # once per call, through tl.relation_data's cache
+            inputs = relation_inputs(inputs, self._rel_names)
         sig = signature(inputs) if self._plannable and not self.python else None
         if sig is not None:
             plan = self._plans.get(sig)
@@ -263,7 +268,10 @@ class Kernel:
         return plan
 
     def _run(self, plan: "_Plan", values: dict, rels):
-        """Call the kernel: ``values`` name -> input, ``rels`` name -> dense relation."""
+        """Call the kernel: ``values`` name -> input, ``rels`` name -> RelationData
+        (None: a planned call, whose ``values`` hold its RelationData)."""
+        if rels is None:
+            rels = values
         dtype = plan.dtype
         spec = plan.spec
         direct = plan.direct

@@ -12,7 +12,11 @@ call the Numba entry (arrays already contiguous and of the kernel's
 precision are passed on as they are; the result's shape is rebuilt by a
 function made once per plan).  A call whose signature differs re-plans through the
 full validation (refused exactly as before); inputs that have no signature
-(lists, bools, subclasses, relation data) always take the full path.
+(lists, bools, subclasses, sparse tensors, relation coordinate rows without
+a shape) always take the full path.  Relation data (a mask, a scipy.sparse
+matrix) is first made a ``RelationData`` through ``tl.relation_data``'s
+cache (``relation_inputs``), every call, so a mutated mask is converted
+again; its signature is its shape.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import PairT, input_vars
+from ..relation_data import RelationData, relation_data
 
 PLAN_LIMIT = 64  # plans kept per callable (an int scalar input's value is part of the key)
 
@@ -40,6 +45,10 @@ def _leaf_sig(v):
         return None if a is None or b is None else (tuple, a, b)
     if isinstance(v, (np.floating, np.integer)):
         return (v.dtype, v.item() if v.dtype.kind in "iu" else None)
+    if t is RelationData and v.shape is not None:
+        # prepared relation data (relation_inputs): its shape decides the sizes
+        # and checks; its coordinates are read from it on every call
+        return (RelationData, v.shape)
     return None  # lists, bools, objects, subclasses: the full path decides
 
 
@@ -52,6 +61,23 @@ def signature(inputs: dict):
             return None
         out.append((k, s))
     return tuple(out)
+
+
+def relation_inputs(inputs: dict, names: tuple) -> dict:
+    """``inputs`` with the relations ``names`` given as :class:`RelationData`,
+    through ``relation_data``'s cache (identity, then an exact comparison: a
+    mask mutated in place is converted again).  Once per call, so that a
+    relation program's signature, and so its plan, is decided by the data's
+    shape; missing relations are left for the full path to report."""
+    out = None
+    for name in names:
+        v = inputs.get(name)
+        if v is None or type(v) is RelationData:
+            continue
+        if out is None:
+            out = dict(inputs)
+        out[name] = relation_data(v, f"relation {name}")
+    return inputs if out is None else out
 
 
 def finite_checks(expr, inputs: dict) -> tuple:
