@@ -16,6 +16,8 @@ the relation in row order):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -127,3 +129,28 @@ def test_sparse_least_squares_two_threads_vs_one():
     np.testing.assert_allclose(a2, a1, rtol=1e-11, atol=1e-11)
     np.testing.assert_array_equal(a2, a2b)
     assert not np.array_equal(a2, a1)
+
+
+def _hand_ir(term):
+    """for i0 in range(n0): t0[x0[i0]] = t0[x0[i0]] + term (a scatter, by hand)."""
+    from tensorlang.backend.loopir import KernelIR
+
+    at = (K.Load("x0", (K.Name("i0"),)),)
+    st = Store("t0", at, K.FSum((K.Load("t0", at), term)))
+    alloc = Alloc("t0", (K.Name("n1"),), True, "output", "d")
+    lp = Loop("i0", K.Int(0), K.Name("n0"), 1, (st,), "scatter")
+    return KernelIR(["n0", "n1", "x0", "x1"], [alloc], [alloc, lp], [K.Name("t0")])
+
+
+def test_only_pure_accumulations_are_split():
+    ok = _hand_ir(K.Load("x1", (K.Name("i0"),)))
+    chunks, _, slabs = _split_parts(ok)
+    assert len(chunks) == 1 and len(slabs) == 1
+    # the accumulated array read elsewhere in the loop (a loop-carried value): serial only
+    carried = _hand_ir(K.Load("t0", (K.Name("i0"),)))
+    assert split_scatters(carried) == list(carried.body)
+    # a plain store into the shared array: serial only
+    plain = _hand_ir(K.Float(1.0))
+    lp = plain.body[1]
+    plain.body[1] = replace(lp, body=(Store("t0", (K.Name("i0"),), K.Float(1.0)),))
+    assert split_scatters(plain) == list(plain.body)

@@ -15,7 +15,11 @@ when some loop may run in parallel, ``kernel_parallel`` (``parallel=True``):
   with its own partial sums, added in chunk order afterwards (issue #13
   item 4).  The chunks depend only on ``T`` and the loop's bounds, never on
   the scheduling, so a given thread count always gives the same result;
-  ``threads=1`` runs ``kernel_serial`` (the single-thread order exactly).
+  ``threads=1`` runs ``kernel_serial`` (the single-thread order exactly);
+* a top-level scatter loop (``D[h(y)] += term``, backend scatter.py) runs in
+  ``T`` work-balanced chunks, each adding into its own slice of a
+  ``[T, ...]`` copy of ``D``, the slices then added in chunk order
+  (``split_scatters``; only when the output is small beside the work).
 
 In both variants an innermost reduction loop (``acc += e`` alone in its
 body) keeps ``LANES`` partial sums, lane ``k`` taking the iterations
@@ -442,9 +446,10 @@ def _accumulation(s, arrays: set):
     return s.array, s.index, terms[1]
 
 
-def _scatter_split(loop: Loop, top: list, results: set, allocs: dict):
-    """``(accumulated arrays, private allocations)`` when the top-level
-    scatter ``loop`` can run in per-thread chunks, else None."""
+def _scatter_split(loop: Loop, top: list, body: list, results: set, allocs: dict):
+    """``(accumulated arrays, private allocations)`` when the scatter
+    ``loop`` (in the statement list ``top``, part of the kernel's ``body``,
+    in no other loop) can run in per-thread chunks, else None."""
     # a relation-driven scatter (the transposed sum over a relation) is a 'rel' loop;
     # any loop qualifies whose only shared writes are accumulations (checked below)
     if loop.parallel or loop.kind not in ("scatter", "rel") or loop.step != 1 or _own_break(loop.body):
@@ -462,7 +467,7 @@ def _scatter_split(loop: Loop, top: list, results: set, allocs: dict):
         return None  # a scalar from outside the loop accumulated: not handled here
     stored = {s.array for s in stmts if isinstance(s, Store)}
     inner = {s.name for s in stmts if isinstance(s, Alloc)}
-    outside = _reads_except(top, loop, set(results))
+    outside = _reads_except(body, loop, set(results))
     before, k = set(), next(i for i, t in enumerate(top) if t is loop) - 1
     while k >= 0 and isinstance(top[k], Alloc) and not top[k].pooled:
         before.add(top[k].name)
@@ -568,7 +573,7 @@ def _split_scatter(loop: Loop, accs, private, allocs: dict) -> list:
         at = (K.Name(c),) + tuple(ix)
         return Store(parts[a], at, K.FSum((K.Load(parts[a], at), term)))
 
-    body = _map_stmts_store(body, to_part)
+    body = _map_stmts(body, lambda e: e, to_part)
     mine = []
     for al in private:
         new = f"{al.name}_c"
@@ -590,25 +595,19 @@ def _split_scatter(loop: Loop, accs, private, allocs: dict) -> list:
     return count + [If(worth, tuple(split), (loop,))]
 
 
-def _map_stmts_store(stmts, fn) -> tuple:
-    out = []
-    for s in stmts:
-        if isinstance(s, Loop):
-            s = replace(s, body=_map_stmts_store(s.body, fn))
-        elif isinstance(s, If):
-            s = replace(s, then=_map_stmts_store(s.then, fn), orelse=_map_stmts_store(s.orelse, fn))
-        else:
-            s = fn(s)
-        out.append(s)
-    return tuple(out)
-
-
 def split_scatters(ir: KernelIR) -> list:
-    """The parallel variant's top-level statements: each top-level scatter
-    loop that qualifies (``_scatter_split``) replaced by ``_split_scatter``."""
+    """The parallel variant's top-level statements: each scatter loop not
+    inside another loop that qualifies (``_scatter_split``) replaced by
+    ``_split_scatter``."""
     allocs = {a.name: a for a in list(ir.allocs) + [s for s in walk_stmts(ir.body) if isinstance(s, Alloc)]}
-    out = []
-    for s in ir.body:
-        got = _scatter_split(s, ir.body, set(ir.results), allocs) if isinstance(s, Loop) else None
-        out += _split_scatter(s, *got, allocs) if got else [s]
-    return out
+
+    def go(stmts) -> list:
+        out = []
+        for s in stmts:
+            if isinstance(s, If):
+                s = replace(s, then=tuple(go(s.then)), orelse=tuple(go(s.orelse)))
+            got = _scatter_split(s, stmts, ir.body, set(ir.results), allocs) if isinstance(s, Loop) else None
+            out += _split_scatter(s, *got, allocs) if got else [s]
+        return out
+
+    return go(ir.body)
