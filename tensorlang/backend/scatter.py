@@ -23,7 +23,10 @@ through a permutation (issue #16 item 4); run over S in its own order it
 reads ``vals[p]`` in sequence and adds into ``dx[j]``, and fuses with the
 other passes over S (:mod:`.contract`).
 
-Scatter loops write shared elements: they are never run in parallel.
+Scatter loops write shared elements: their iterations are never spread over
+threads as they are.  The kernel's parallel variant (codegen
+``split_scatters``) runs them in per-thread chunks, each with its own
+partial copy of the output, added in chunk order.
 """
 
 from __future__ import annotations
