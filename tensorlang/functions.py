@@ -17,6 +17,7 @@ import sympy
 
 from .errors import TensorLangError
 from .ir.expressions import Add, Call, Const, Expr, Mul
+from .ir.scope import walk
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,19 @@ def lookup(name: str) -> FunctionDef:
 
 def registered() -> dict[str, FunctionDef]:
     return dict(_REGISTRY)
+
+
+def user_functions(expr: Expr) -> list:
+    """The registered functions ``expr`` calls, with ``D[f]`` read as ``f``
+    (sorted names): what a cache key must fingerprint besides the program."""
+    names = set()
+    for n in walk(expr):
+        if isinstance(n, Call):
+            f = n.fn
+            while f.startswith("D[") and f.endswith("]"):
+                f = f[2:-1]
+            names.add(f)
+    return sorted(f for f in names if f in _REGISTRY)
 
 
 def neg(e: Expr) -> Expr:

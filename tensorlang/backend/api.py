@@ -43,7 +43,7 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError, TensorLangError
-from ..ir import Call, Expr, PairT, RealT, Rel, TensorT, input_vars, relations_of, walk
+from ..ir import Expr, PairT, RealT, Rel, TensorT, input_vars, relations_of, walk
 from ..relation_data import _is_scipy as is_scipy
 from ..sparse import SparseData, keeps_packed, sparse_inputs, unpack_outputs
 from ..typecheck import check_program
@@ -74,21 +74,11 @@ def key_options(expr: Expr, mode: str, dtype: str) -> str:
     import islpy
     import numba
 
-    from ..functions import registered
+    from ..functions import user_functions
     from .scalars import fingerprint
 
     parts = [mode, dtype, f"numba={numba.__version__}", f"islpy={islpy.VERSION_TEXT}", f"codegen={CODEGEN_VERSION}"]
-    names = set()
-    for n in walk(expr):
-        if isinstance(n, Call):
-            f = n.fn
-            while f.startswith("D[") and f.endswith("]"):
-                f = f[2:-1]
-            names.add(f)
-    reg = registered()
-    for f in sorted(names):
-        if f in reg:
-            parts.append(f"{f}={fingerprint(f)}")
+    parts += [f"{f}={fingerprint(f)}" for f in user_functions(expr)]
     return "|".join(parts)
 
 

@@ -40,7 +40,7 @@ import sys
 import tempfile
 
 from .. import ir as _ir
-from ..ir import Call, Expr, Node, canonicalize, input_vars, walk
+from ..ir import Expr, Node, canonicalize, input_vars
 
 FORMAT = 1
 MAGIC = b"tensorlang-derived 1\n"
@@ -75,17 +75,9 @@ def source_hash() -> str:
 
 def _fingerprints(source: Expr) -> dict:
     """The code of the user functions ``source`` calls (their derivatives are part of the result)."""
-    from ..functions import registered
+    from ..functions import user_functions
 
-    names = set()
-    for n in walk(source):
-        if isinstance(n, Call):
-            f = n.fn
-            while f.startswith("D[") and f.endswith("]"):
-                f = f[2:-1]
-            names.add(f)
-    reg = registered()
-    names = sorted(f for f in names if f in reg)
+    names = user_functions(source)
     if not names:
         return {}
     from .scalars import fingerprint  # (imports the kernel IR: only when there is a user function)
