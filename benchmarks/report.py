@@ -104,7 +104,6 @@ def markdown(doc) -> str:
         + (f"  {m['jobs']} methods ran at the same time (smoke-run timings, not for comparison)." if m.get("jobs", 1) > 1
            else ""), "",
         "Versions: " + "; ".join(f"{k}: {v}" for k, v in m.get("versions", {}).items() if v) + ".", "",
-        f"tensorlang stages present: {m['tensorlang_stages']}.", "",
         *([f"Load average (1 min) at start / end: {mi['loadavg_start']} / {m.get('loadavg_end', '?')} "
            "(other processes sharing the machine make timings noisy).", ""] if "loadavg_start" in mi else []),
         "## Goals (issue #8)", "",

@@ -321,9 +321,6 @@ def main(argv=None) -> int:
                                                "NUMBA_NUM_THREADS", "XLA_FLAGS", "TENSORLANG_RUNTIME") if k in env},
             "jobs": args.jobs, "kernel_cache": args.kernel_cache, "timeout_s": args.timeout, "repeats": args.repeats, "budget_s": args.budget,
             "mem_limit_gb": args.mem_limit_gb, "tol": args.tol, "seed": args.seed}
-    from .tl_impl import stages
-
-    meta["tensorlang_stages"] = stages()
 
     order = [m for m in RUN_ORDER if m in args.methods]
     log = Progress(order, len(tasks))

@@ -175,7 +175,7 @@ def load(method: str):
     if method in ("tensorlang", "tensorlang-naive", "tensorlang-cost"):
         from . import tl_impl
 
-        versions = {"stages": tl_impl.stages()}
+        versions = {}
         if method == "tensorlang-cost":
             return tl_impl.costs, versions
         naive = method == "tensorlang-naive"

@@ -52,6 +52,9 @@ class Workload:
     work: Callable  # sizes -> rough scalar-operation count (guards the slow evaluator)
     notes: str = ""
     tags: tuple = field(default=())
+    # data -> (loss, {name: Var}, tensorlang's data, cotangents -> dense): tensorlang runs the same
+    # loss on the data its peers take (benchmarks/tl_impl.py); None: the program above, as is
+    tl_form: Callable | None = None
 
     def size_dict(self, primary_value: int) -> dict:
         return {**self.fixed, self.primary: int(primary_value)}
@@ -290,6 +293,34 @@ def _sparse_data(sizes, rng):
     return {"S": S, "A": A, "x": rng.normal(size=n), "b": rng.normal(size=n)}
 
 
+@lru_cache(maxsize=None)
+def _sparse_tensor_program():
+    tl = _tl()
+    n = tl.size("n")
+    S = tl.relation("S", n, n)
+    A = tl.sparse_tensor("A", S)  # a read A[i, j] means [S(i, j)] A[i, j]
+    x = tl.tensor("x", n)
+    b = tl.tensor("b", n)
+    Ax = tl.gen(n, lambda i: tl.sum(n, lambda j: A[i, j] * x[j]))
+    loss = tl.let(Ax, lambda y: tl.sum(n, lambda i: (y[i] - b[i]) ** 2))
+    return loss, {"A": A, "x": x, "b": b}
+
+
+def _sparse_packed(d):
+    """A's values packed on S (a CSR matrix), as the peers take them"""
+    import scipy.sparse as sp
+
+    rows, cols = np.nonzero(d["S"])  # row-major: the peers' COO order
+    n = d["x"].shape[0]
+    A = sp.csr_matrix((d["A"][rows, cols], (rows, cols)), shape=(n, n))
+    loss, ins = _sparse_tensor_program()
+
+    def dense(g):
+        return {k: v.toarray() if sp.issparse(v) else v for k, v in g.items()}
+
+    return loss, ins, {"A": A, "x": d["x"], "b": d["b"]}, dense
+
+
 def _sparse_loss(d):
     r = np.where(d["S"], d["A"], 0.0) @ d["x"] - d["b"]
     return float(r @ r)
@@ -460,6 +491,8 @@ WORKLOADS: tuple = (
         primary="n", sizes=(1000, 2000, 4000, 8000), fixed={},
         quick={"n": 32}, check={"n": 8}, wrt=("x", "A"), program=_sparse_program, data=_sparse_data,
         loss_ref=_sparse_loss, grad_ref=_sparse_grad, work=lambda s: s["n"] ** 2,
+        notes="every method takes A's values packed on S (built once, outside the timing); "
+              "tensorlang through tl.sparse_tensor", tl_form=_sparse_packed,
     ),
     Workload(
         name="nbody", number=8, title=f"n-body potential sum_(i<j) 1/sqrt(|p_i - p_j|^2 + {EPS}) (grad = -forces)",
