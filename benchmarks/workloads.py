@@ -9,7 +9,7 @@ module does not need any later compiler stage), its ``wrt`` inputs by name, a
 deterministic data generator for a size, and an independent NumPy reference
 for the loss and its gradient (derived by hand, checked against central
 finite differences of the NumPy loss by the runner and by
-tests/test_benchmarks.py).  The baselines (benchmarks/baselines/) restate the
+tests/system/test_benchmarks.py).  The baselines (benchmarks/baselines/) restate the
 same losses in each framework's own idiom.
 
 Paper references: workloads 1-2 are the pathological examples of Section 1,

@@ -130,7 +130,7 @@ def tests_naming(number: str, fn_name: str) -> list:
     out = []
     short = fn_name.rsplit(".", 1)[-1] if fn_name != "—" else None
     pats = [f'"{number}"', f"'{number}'", f"rule {number}", f"Rule {number}"]
-    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "**", "test_*.py"), recursive=True)):
         if os.path.basename(path) in ("test_proofs.py",):
             continue
         text = open(path, encoding="utf-8").read()
@@ -144,9 +144,9 @@ def table_rows() -> list:
     for ob in ordered():
         fn = implementing_function(ob.number, ob)
         if ob.kind == "theorem":
-            tests = ["tests/test_audit.py", "tests/test_proofs.py"]
+            tests = ["tests/cost/test_audit.py", "tests/cost/test_proofs.py"]
         elif ob.kind == "cost":  # the function names (cost, ...) are too common to grep for
-            tests = tests_naming(ob.number, "—") or [t for t in ["tests/test_cost.py"]
+            tests = tests_naming(ob.number, "—") or [t for t in ["tests/cost/test_cost.py"]
                                                       if os.path.exists(os.path.join(ROOT, t))]
         else:
             tests = tests_naming(ob.number, fn)

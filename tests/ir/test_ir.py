@@ -16,7 +16,7 @@ from tensorlang.ir import (
     free_vars, gens, iverson, lets, make_gens, make_lets, make_sums, rebuild, size_vars, subst, sums, sym_aff, walk,
 )
 
-from .strategies import Program, assert_close, programs
+from tests.strategies import Program, assert_close, programs
 
 n, m = tl.sizes("n m")
 x = tl.tensor("x", n)

@@ -4,7 +4,7 @@ must stay bounded and everything tensorlang holds must be released.
 
 Outside the default test run (it takes minutes).  Run it with::
 
-    TENSORLANG_SOAK=1 python -m pytest tests/test_soak.py -q -s
+    TENSORLANG_SOAK=1 python -m pytest tests/system/test_soak.py -q -s
 
 ``TENSORLANG_SOAK_PROGRAMS`` (default 2000) sets the number of programs and
 ``TENSORLANG_SOAK_COMPILE_EVERY`` (default 20) how often one is compiled

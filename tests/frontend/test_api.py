@@ -167,7 +167,7 @@ def test_the_readme_tour_runs(capsys):
     import pathlib
     import re
 
-    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
     blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S)
     assert blocks, "README.md has no python example"
     namespace: dict = {}

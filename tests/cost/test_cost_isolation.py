@@ -28,7 +28,7 @@ from tensorlang.autodiff import adjoint
 from tensorlang.evaluator import evaluate
 from tensorlang.ir import REAL, Access, Add, Cmp, Gen, IndexVar, Iverson, SizeVar, Sum, TensorT, fresh_uid, input_vars, sym_aff
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _programs():
@@ -67,7 +67,7 @@ def test_audit_after_other_audits_equals_fresh_process():
         audit(e)
     here = _summary(victim)
     code = ("import json, sys; sys.path.insert(0, %r)\n"
-            "from tests.test_cost_isolation import _programs, _summary\n"
+            "from tests.cost.test_cost_isolation import _programs, _summary\n"
             "print(json.dumps(_summary(_programs()[1])))\n") % ROOT
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

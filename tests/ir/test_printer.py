@@ -9,7 +9,7 @@ import tensorlang as tl
 from tensorlang.ir import Access, Add, Gen, IndexVar, Let, Mul, Sum, Var, sym_aff
 from tensorlang.printer import pretty, pretty_aff, pretty_pred, pretty_type
 
-from .strategies import Program, programs
+from tests.strategies import Program, programs
 
 n, m = tl.sizes("n m")
 x = tl.tensor("x", n + m - 1)

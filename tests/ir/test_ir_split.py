@@ -17,7 +17,7 @@ import pickle
 import tensorlang as tl
 import tensorlang.ir as ir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IR_DIR = os.path.join(ROOT, "tensorlang", "ir")
 
 # every module-level name of the former tensorlang/ir.py

@@ -87,7 +87,7 @@ def test_constants_that_do_not_fit_a_float():
     refused(lambda: tl.const(-(10**400)), "does not fit a float64")
     refused(lambda: x[0] * float("inf"), "not finite")
     refused(lambda: x[0] ** 10**400, "exponent", "x[0]")
-    # a non-finite exponent is a real exponent: it follows NumPy (tests/test_kernel_ir.py)
+    # a non-finite exponent is a real exponent: it follows NumPy (tests/backend/test_kernel_ir.py)
     assert np.isnan(tl.evaluate(x[0] ** float("nan"), x=np.array([2.0])))
     # a large integer that a double holds is rounded to it, as NumPy would
     e = x[0] + 10**20

@@ -16,7 +16,7 @@ from tensorlang.ir import (
 )
 from tensorlang.typecheck import check_program
 
-from .strategies import Program, assert_close, magnitude, predicates, programs
+from tests.strategies import Program, assert_close, magnitude, predicates, programs
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

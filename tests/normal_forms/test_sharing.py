@@ -11,8 +11,8 @@ import tensorlang as tl
 from tensorlang.ir import Gen, Iverson, Let, Mul, Sum, Var, lets, walk
 from tensorlang.sharing import explicit_sharing, has_work, invariant_tensors, shared_terms
 
-from .counting import counting_cost, total
-from .strategies import Program, assert_close, programs
+from tests.counting import counting_cost, total
+from tests.strategies import Program, assert_close, programs
 
 n, m = tl.sizes("n m")
 

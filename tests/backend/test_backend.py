@@ -483,7 +483,7 @@ def test_parallel_variant_equals_evaluator(name):
     k = tl.compile(e, threads=2)
     # a transposed relation's sum accumulates in the relation's own order
     # (backend/scatter.py); its parallel variant uses per-thread partial
-    # outputs (tests/test_parallel_scatter.py), the serial loop at this size
+    # outputs (tests/backend/test_parallel_scatter.py), the serial loop at this size
     assert "kernel_parallel" in k.source
     np.testing.assert_allclose(k(**inputs), tl.evaluate(e, **inputs), rtol=1e-12, atol=1e-12)
 

@@ -390,7 +390,7 @@ def test_example_sparse_fit_recovers_the_values():
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "sparse_fit.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "sparse_fit.py"
     spec = importlib.util.spec_from_file_location("sparse_fit_example", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
