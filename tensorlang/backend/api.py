@@ -500,7 +500,8 @@ def _aos(val, t, dtype):
     if isinstance(t, PairT):
         return (_aos(val[0], t.fst, dtype), _aos(val[1], t.snd, dtype))
     if isinstance(t, TensorT) and _pairlike(t.elem):
-        a, b = val
+        # a tensor of pairs has no packed form: components stored on a relation are densified
+        a, b = unpack_outputs(val[0]), unpack_outputs(val[1])
         out = np.empty(len(a), dtype=object)
         for k in range(len(a)):
             out[k] = _aos((a[k], b[k]), t.elem, dtype)

@@ -509,3 +509,21 @@ def test_regression_or_inside_and_keeps_its_parentheses(mode):
     for r0, r1 in [(False, False), (True, True)]:
         ins = dict(x0=np.ones((1, 1)), x=np.ones(1), x2=np.ones(1), R=np.array([[r0]]), R1=np.array([[r1]]))
         np.testing.assert_array_equal(python_kernel(e, mode)(**ins), tl.evaluate(e, **ins))
+
+
+def test_tensor_of_pairs_on_a_relation_is_returned_dense():
+    """Found by the hypothesis backend test: a gen of pairs guarded by a
+    relation is computed on the relation's non-zeros (packed outputs), and the
+    tensor of pairs has no packed form; it used to raise a TypeError after the
+    kernel ran.  Checked against the evaluator."""
+    from tensorlang.ir import PairT
+
+    n = tl.size("n")
+    R0, R1 = tl.relation("R0", n, n), tl.relation("R1", n)
+    p0 = tl.var("p0", PairT(REAL, REAL))
+    e = tl.gen(n, lambda i: tl.iverson(tl.exists(n, lambda k: R0(k, i)), tl.iverson(R1(i), p0)))
+    f = tl.compile(e)
+    for size, r0, r1 in [(1, [[False]], [False]), (3, np.eye(3, dtype=bool)[::-1], [True, False, True])]:
+        ins = dict(p0=(1.5, -2.0), R0=np.asarray(r0), R1=np.asarray(r1), n=size)
+        got, want = f(**ins), tl.evaluate(e, **ins)
+        assert [tuple(map(float, g)) for g in got] == [tuple(map(float, w)) for w in want]
