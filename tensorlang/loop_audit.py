@@ -31,6 +31,18 @@ from .loops import binomial_budget, normalize_checkpoint, repetitions, schedule,
 DEFAULT_SIZE = 100
 
 
+def certified_factor(policy, T: int) -> float:
+    """The proved bound on $(adjoint) / $(primal) of a checkpoint policy at
+    ``T`` steps (module doc): ``"all"`` 5, every ``k`` 6, binomial with
+    repetition number ``r`` ``5 + r`` (``R <= r·T`` recomputed steps)."""
+    pol = normalize_checkpoint(policy)
+    if isinstance(pol, int):
+        return 6.0
+    if isinstance(pol, tuple):
+        return 5.0 + (repetitions(binomial_budget(pol, T), T) if T else 0)
+    return 5.0
+
+
 def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels: bool = False):
     from . import audit as A
     from .sharing import pretty
@@ -69,13 +81,9 @@ def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels:
         seen.append(pol)
         c = adjoint_cost(expr, wrt_vars, pol, **sizes)
         sch = schedule(pol, T) if T else None
-        bound = 5.0
+        bound = certified_factor(pol, T)
         label = "all" if pol == "all" else (f"every {pol}" if isinstance(pol, int) else
                                             f"binomial, s = {binomial_budget(pol, T) if T else pol[1]}")
-        if isinstance(pol, int):
-            bound = 6.0
-        elif isinstance(pol, tuple):
-            bound = 5.0 + (repetitions(binomial_budget(pol, T), T) if T else 0)
         row = A.StageRow(f"loop adjoint, checkpoint {label}", expr=expr, cost=c["adjoint"],
                          reason=f"stored states {c['stored_states']}, recomputed steps {c['recomputed_steps']}")
         row.declared = primal.declared

@@ -513,7 +513,7 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
         wrt_ = [w for w in wrt_ if w in set(input_vars(prog))]
         if not wrt_ or isinstance(prog, Var):
             return 0
-        return c(adjoint(prog, wrt_, cotangent="_loop_cot"))
+        return c(adjoint(prog, wrt_, cotangent="_loop_cot"), **tsz)  # the body's adjoint may keep t (loop_t)
 
     tsz = {sp.t_size.name: t_value(0)} if sp.t_size is not None else {}
     hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if T else []

@@ -93,6 +93,7 @@ def loop(T, init, fn, checkpoint="all") -> Expr:
         raise type(exc)(str(exc)) from None
     if ext.is_const and ext.const < 0:
         raise TensorLangError(f"tl.loop: the number of steps T = {ext.const} is negative; T is a size or an int >= 0")
+    _check_steps_nonnegative(ext)
     ck = normalize_checkpoint(checkpoint)
     init = as_expr(init)
     t0 = type_of(init)
@@ -110,6 +111,26 @@ def loop(T, init, fn, checkpoint="all") -> Expr:
     type_of(out)
     _check_bounds(out)
     return out
+
+
+def _check_steps_nonnegative(ext) -> None:
+    """A symbolic ``T`` must be ``>= 0`` at every size ``>= 1`` (the sizes the
+    passes and the cost model reason about): ``n - 5`` is refused naming its
+    value at ``n = 1``, rather than run as zero steps where it is negative
+    (rule 4.7 would read a negative extent as empty).  ``n - 1`` passes."""
+    if ext.is_const:
+        return
+    neg = [(s, c) for s, c in ext.terms if c < 0]
+    ones = {s: 1 for s, _ in ext.terms}
+    at_one = ext.evaluate(ones)
+    if neg or at_one < 0:
+        where = ", ".join(f"{s} = 1" for s in ones)
+        why = (f"its coefficient of {neg[0][0]} is negative, so it is negative for large {neg[0][0]}" if neg
+               else f"it is {at_one} at {where}")
+        raise TensorLangError(
+            f"tl.loop: the number of steps T = {ext} may be negative ({why}); T is a size or an int >= 0, "
+            "or a size expression that is >= 0 for every size >= 1"
+        )
 
 
 def _check_bounds(lp: Loop) -> None:

@@ -69,7 +69,7 @@ from tensorlang.typecheck import check_program
 
 from .program_builder import _MAX_SIZE, MIX, _Builder, _Scope, _type_extents  # noqa: F401
 
-__all__ = ["Program", "programs", "scalar_exprs", "tensor_exprs", "predicates", "MIX", "assert_close", "magnitude"]
+__all__ = ["Program", "LoopProgram", "programs", "loop_programs", "scalar_exprs", "tensor_exprs", "predicates", "MIX", "assert_close", "magnitude"]
 
 # --------------------------------------------------------------------------
 # The result
@@ -372,3 +372,46 @@ def predicates(draw, max_depth: int = 2, relations: bool = True, exists: bool = 
     used_sizes = {s.name for s in size_vars(e)}
     return Program(e, inputs, {k: v for k, v in size_vals.items() if k in used_sizes}, bound=magnitude(e),
                    relation_names=frozenset(used_rels))
+
+
+# --------------------------------------------------------------------------
+# Loop programs (issue #17): tests/loop_builder.py draws them
+
+
+@dataclass(repr=False)
+class LoopProgram(Program):
+    """A loop program ``post(tl.loop(T, init, body, checkpoint=policy))``
+    (tests/loop_builder.py).  ``loss``: a scalar program of its value (for
+    gradients); ``wrt``: every input it reads (all real); ``steps``: T's
+    value; ``kinds``: the drawn body terms (for coverage statistics)."""
+
+    loss: Expr = None
+    wrt: tuple = ()
+    policy: object = "all"
+    steps: int = 0
+    state: str = "tensor"
+    kinds: tuple = ()
+    symbolic_T: bool = False
+    size_values: dict = field(default_factory=dict)  # n and T, also where the program does not name them
+
+    def __repr__(self):
+        return (f"LoopProgram(state={self.state}, steps={self.steps}, symbolic_T={self.symbolic_T}, "
+                f"policy={self.policy!r}, kinds={self.kinds}, " + Program.__repr__(self)[len("Program("):])
+
+
+@st.composite
+def loop_programs(draw, state: str = "any", symbolic_T: bool | None = None, max_steps: int = 4, max_size: int = 4):
+    """Random well-typed loop programs (tests/loop_builder.py): tensor,
+    scalar and pair states; bodies with stencil reads, value conditionals,
+    loop-invariant terms and inputs indexed by ``t`` in affine ways; ``T``
+    an int in ``0..max_steps`` or the size ``T`` (``symbolic_T``: force one
+    or the other); every checkpoint policy.  ``state``: "any", "tensor",
+    "scalar", "pair_ts" or "pair_tt"."""
+    from .loop_builder import build_loop_program
+
+    parts = build_loop_program(draw, state=state, symbolic_T=symbolic_T, max_steps=max_steps, max_size=max_size)
+    prog = LoopProgram(parts["expr"], parts["inputs"], parts["sizes"], bound=10.0, input_types=parts["input_types"],
+                       loss=parts["loss"], wrt=parts["wrt"], policy=parts["policy"], steps=parts["steps"],
+                       state=parts["state"], kinds=parts["kinds"], symbolic_T=parts["symbolic_T"],
+                       size_values=parts["size_values"])
+    return prog

@@ -90,7 +90,7 @@ def _spec(name, d):
             return loss, [vals, d["x"], d["b"], rows, cols], (0, 1), post
         case "nbody":
             return nbody, [d["p"]], (0,), lambda g: {"p": g[0]}
-        case "heat" | "wave":  # time loops: the peer lives with the workload (lax.fori_loop)
+        case "heat" | "wave" | "burgers_loop":  # time loops: the peer lives with the workload (lax.fori_loop)
             import importlib
 
             return importlib.import_module(f"..{family(name)}", __package__).jax_spec(d)
