@@ -30,8 +30,8 @@ from tensorlang.ir import Loop, input_vars, size_vars, walk
 from tensorlang.loops import normalize_checkpoint, schedule, split, t_value
 from tensorlang.passes.pipeline import normalize
 
-from .oracles import assert_values_close, check_pass
-from .strategies import assert_close, loop_programs
+from tests.oracles import assert_values_close, check_pass
+from tests.strategies import assert_close, loop_programs
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
 
-from .strategies import assert_close, loop_programs
+from tests.strategies import assert_close, loop_programs
 
 
 @settings(max_examples=3, deadline=None, derandomize=True, database=None,

@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 import tensorlang as tl
 from tensorlang.loops import normalize_checkpoint
 
-from .loop_builder import POLICIES
-from .strategies import loop_programs
+from tests.loop_builder import POLICIES
+from tests.strategies import loop_programs
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
