@@ -69,14 +69,15 @@ def test_heat_adjoint_reduction_and_stencil_share_their_loop_nests():
     ir, _ = tl.compile(heat_step_adjoint()).lowered()
     out = ir.results[0]
     before = _nests(ir.body)
-    # κ·du materialised (5 uses), dκ's reduction and du's stencil: each over the
-    # grid, the last two peeled by isl into 3 nests each (row 0, interior, last row)
+    # dκ's reduction and du's stencil (κ·du factored into it: fusion.py, no
+    # temporary), each over the grid, peeled by isl into 3 nests (row 0, interior, last row)
     red = [s for s in before if _accs(s)]
     gen = [s for s in before if out in _stores(s)]
-    assert len(red) == 3 and len(gen) == 3 and len(before) == 7
+    assert len(red) == 3 and len(gen) == 3 and len(before) == 6
+    assert not [a for a in walk_stmts(ir.body) if isinstance(a, Alloc) and a.role == "temporary"]
     fused = fuse_nests(ir)
     after = _nests(fused.body)
-    assert len(after) == 4
+    assert len(after) == 3
     both = [s for s in after if _accs(s) and out in _stores(s)]
     assert len(both) == 3  # every reduction nest now also writes the output
     # one innermost loop does both (dκ's term and du's element) per piece:
@@ -108,15 +109,59 @@ def test_heat_adjoint_values(size):
         np.testing.assert_allclose(got_k, want_k, rtol=1e-12, atol=1e-12)
 
 
-def test_heat_gradient_through_the_step_programs():
-    from benchmarks.heat import data, grad_ref, program
+# -- scaled copies (fusion.py): c·Y[g] substituted with c factored out ----------------------
 
-    d = data({"n": 9, "T": 40}, np.random.default_rng(3))  # T >= DRIVER_MIN_STEPS: the Numba sweeps
-    want = grad_ref(d)
-    loss, ins = program("T", "all")
-    gu, gk = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])(**d)
-    np.testing.assert_allclose(gu, want["u0"], rtol=1e-11, atol=1e-12)
-    np.testing.assert_allclose(gk, want["kappa"], rtol=1e-11)
+
+def _fused_lets(e):
+    from tensorlang.backend.lower import fused_program
+    from tensorlang.backend.prepare import prepare
+
+    p = prepare(e)
+    f = fused_program(p)
+    return tl.ir.lets(f)[0], f
+
+
+def test_scaled_copy_is_factored_into_its_consumer_without_extra_work():
+    binds, f = _fused_lets(heat_step_adjoint())
+    assert len(binds) == 2  # dκ's sum and du's gen: κ·du is not materialised
+    e = heat_step_adjoint()
+    for sizes in (dict(n=1), dict(n=6), dict(n=50)):
+        assert tl.cost(tl.explicit_sharing(f), **sizes) == tl.cost(tl.explicit_sharing(e), **sizes)
+
+
+def _scaled_programs():
+    """(program, still materialised?): where factoring applies, and where it must not."""
+    m = tl.size("m")
+    x, c, z = tl.tensor("x", n), tl.scalar("c"), tl.tensor("z", m)
+    sh = lambda v, i: tl.iverson(i + 1 <= n - 1, v[i + 1])  # noqa: E731
+
+    def scaled(consumer):
+        return tl.let(tl.gen(n, lambda i: c * x[i]), consumer)
+
+    one = scaled(lambda y: tl.gen(n, lambda i: x[i] + y[i] * 3 + sh(y, i)))
+    two = scaled(lambda y: tl.pair(tl.gen(n, lambda i: y[i] + sh(y, i)), tl.gen(n, lambda i: x[i] + sh(y, i))))
+    other = scaled(lambda y: tl.gen(m, lambda i: tl.iverson(i + 1 <= n - 1, y[i] + y[i + 1]) + z[i]))  # another domain
+    nested = scaled(lambda y: tl.gen(n, lambda i: x[i] + y[i] * (sh(y, i) + 1)))  # not one factor per term
+    return [(one, False), (two, True), (other, True), (nested, True)]
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_scaled_copy_only_where_it_adds_no_work(k):
+    e, kept = _scaled_programs()[k]
+    binds, f = _fused_lets(e)
+    from tensorlang.backend.fusion import _scale_of
+
+    scaled = [r for _, r in binds if tl.ir.gens(r)[0] and _scale_of(tl.ir.gens(r)[1]) is not None]
+    assert bool(scaled) == kept
+    sizes = {"n": 5, "m": 7}
+    assert tl.cost(tl.explicit_sharing(f), **sizes) <= tl.cost(tl.explicit_sharing(e), **sizes)
+    rng = np.random.default_rng(k)
+    ins = {"x": rng.normal(size=5), "c": 0.7, "z": rng.normal(size=7)}
+    ins = {nm: v for nm, v in ins.items() if nm in {u.name for u in tl.ir.input_vars(e)}}
+    want = tl.evaluate(e, **ins)
+    got = python_kernel(e)(**ins)
+    for a, b in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
 
 
 # -- hand-built kernel IR: what may and may not fuse --------------------------------------
