@@ -21,8 +21,11 @@ when some loop may run in parallel, ``kernel_parallel`` (``parallel=True``):
   ``[T, ...]`` copy of ``D``, the slices then added in chunk order
   (``split_scatters``; only when the output is small beside the work).
 
-In both variants an innermost reduction loop (``acc += e`` alone in its
-body) keeps ``LANES`` partial sums, lane ``k`` taking the iterations
+The serial variant is printed after two loop-IR rewrites: independent loop
+nests over one domain fused (``hfuse.py``) and reductions nested in an outer
+loop given one partial sum per column (``colsum.py``: the inner loop
+vectorizes).  In both variants an innermost reduction loop (``acc += e``
+alone in its body) keeps ``LANES`` partial sums, lane ``k`` taking the iterations
 ``lo + LANES q + k`` and the remainder going to lane 0, then adds lanes
 1.. in order to ``acc`` (``_lanes``): a single chain of dependent additions
 runs at the adder's latency, independent ones overlap (the deconvolution
