@@ -196,14 +196,11 @@ def _fuse_lists(xs, ys, lost: list):
 
 
 def _loop_vars(a, b) -> frozenset:
-    """The loop variables matched between ``a`` and ``b`` (renamed into one)."""
-    out = set()
-    if isinstance(a, Loop) and isinstance(b, Loop):
-        out |= {a.var, b.var}
-    for s in walk_stmts([a, b]):
-        if isinstance(s, Loop):
-            out.add(s.var)
-    return frozenset(out)
+    """The loop variables of a matched pair of loops (one variable once fused);
+    every other name written by one nest and touched by the other is a
+    dependence (inner loops are renamed pairwise by ``_fuse_lists``, which
+    checks its own pairs)."""
+    return frozenset({a.var, b.var}) if isinstance(a, Loop) and isinstance(b, Loop) else frozenset()
 
 
 def _reductions_keep_speed(s, lost: list) -> bool:
