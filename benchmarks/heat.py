@@ -155,6 +155,22 @@ def _times(fn, repeats: int) -> tuple:
     return min(wall), float(np.median(wall)), min(cpu)
 
 
+def _interleaved(f, g, repeats: int) -> tuple:
+    """``_times`` of ``f`` and ``g`` called alternately (f, g, f, g, ...): on a
+    shared machine both see the same load, so their ratio is load-robust;
+    each: (best wall, median wall, best CPU, median CPU)."""
+    f(), g()
+    res = ([], [], [], [])  # f wall, f cpu, g wall, g cpu
+    for _ in range(repeats):
+        for k, fn in ((0, f), (2, g)):
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            res[k].append(time.perf_counter() - w0)
+            res[k + 1].append(time.process_time() - c0)
+    return tuple((min(res[k]), float(np.median(res[k])), min(res[k + 1]), float(np.median(res[k + 1])))
+                 for k in (0, 2))
+
+
 def measure_policies(n: int, T: int, repeats: int) -> dict:
     import tensorlang as tl
     from tensorlang.loops import schedule
@@ -172,12 +188,12 @@ def measure_policies(n: int, T: int, repeats: int) -> dict:
             err = max(float(np.abs(gu - want["u0"]).max() / max(1.0, np.abs(want["u0"]).max())),
                       abs(gk - float(want["kappa"])) / max(1.0, abs(float(want["kappa"]))))
             assert err < 1e-8, f"{name}: gradient differs from the NumPy reference by {err}"
-        tp, tpm, tpc = _times(lambda: f(**d), repeats)
-        tg, tgm, tgc = _times(lambda: g(**d), repeats)
+        (tp, tpm, tpc, tpcm), (tg, tgm, tgc, tgcm) = _interleaved(lambda: f(**d), lambda: g(**d), repeats)
         sc = schedule(loss_policy(ck), T)
         out[name] = {"primal_s": tp, "grad_s": tg, "ratio": tg / tp,
-                     "primal_median_s": tpm, "grad_median_s": tgm,
+                     "primal_median_s": tpm, "grad_median_s": tgm, "ratio_median": tgm / tpm,
                      "primal_cpu_s": tpc, "grad_cpu_s": tgc, "ratio_cpu": tgc / tpc,
+                     "primal_cpu_median_s": tpcm, "grad_cpu_median_s": tgcm, "ratio_cpu_median": tgcm / tpcm,
                      "stored_states": sc.slots, "recomputed_steps": sc.recomputed, "state_MB": n * n * 8 / 1e6}
     return out
 
@@ -314,7 +330,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="n = 32, T = 50")
     p.add_argument("--n", type=int)
     p.add_argument("--T", type=int)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-build", action="store_true", help="skip the build-time measurement")
     p.add_argument("--memory", action="store_true", help="also the peak memory of one gradient call (fresh processes)")
     a = p.parse_args(argv)

@@ -17,6 +17,14 @@ work to the cost model's count (Fig. 6):
   on the consumer's iteration domain (every element of ``X`` is computed at
   most once after substitution, as before).
 
+A scaled copy ``X = gen[g] c·Y[g]`` (``c`` a scalar variable or constant,
+``Y[g]`` an access) used only in one consumer ``gen[g'] … + t_1 + … + t_k``,
+with ``g'`` the same extents as ``g`` and each ``X[a]`` a factor of one term
+``t_j`` of the consumer's top-level sum, is substituted with ``c`` factored
+out: ``… + c·(t_1' + … + t_k')`` (``t_j'`` with ``Y[a]`` for ``X[a]``).  One
+multiplication per consumer point replaces one per producer point: no added
+work, and no temporary (the heat adjoint's ``κ·dstate``, read at 5 points).
+
 Dead bindings are dropped.
 """
 
@@ -281,6 +289,88 @@ def _one_use(acc: _Uses) -> bool:
     )
 
 
+def _terms(e: Expr) -> list:
+    if isinstance(e, Add):
+        return _terms(e.lhs) + _terms(e.rhs)
+    return [e]
+
+
+def _scale_of(body: Expr):
+    """``(c, Y[g])`` of a scaled copy's body ``c·Y[g]`` or ``Y[g]·c``, else None."""
+    if not isinstance(body, Mul):
+        return None
+    for c, y in ((body.lhs, body.rhs), (body.rhs, body.lhs)):
+        if isinstance(y, Access) and zero_cost(y) and (isinstance(c, Const) or (
+                isinstance(c, Var) and isinstance(c.type, RealT))):
+            return c, y
+    return None
+
+
+def _strip(t: Expr, x: Var, g: list, y: Expr):
+    """The term ``t`` with its one factor ``x[a]`` read as ``y[g := a]``, or
+    None when ``x`` is not a factor of ``t`` exactly once."""
+    match t:
+        case Access():
+            base, idx = accesses(t)
+            if base is x and len(idx) == len(g):
+                return subst(y, idx={i: a for i, a in zip(g, idx)})
+            return None
+        case Mul(lhs=a, rhs=b):
+            ina, inb = x in free_vars(a), x in free_vars(b)
+            if ina and not inb:
+                s = _strip(a, x, g, y)
+                return None if s is None else Mul(s, b)
+            if inb and not ina:
+                s = _strip(b, x, g, y)
+                return None if s is None else Mul(a, s)
+            return None
+        case Iverson(pred=p, body=b):
+            s = _strip(b, x, g, y)
+            return None if s is None else Iverson(p, s)
+    return None
+
+
+def _same_extent(a, b) -> bool:
+    """Structurally equal extents (canonical affine forms: sorted terms)."""
+    ta, tb = getattr(a, "terms", None), getattr(b, "terms", None)
+    if ta is None or tb is None or len(ta) != len(tb) or a.const != b.const:
+        return False
+    return all(s is t and c == d for (s, c), (t, d) in zip(ta, tb))
+
+
+def _factored(x: Var, rhs: Expr, binds: list, k: int):
+    """``binds`` with the scaled copy ``x = rhs`` (bindings[k]) substituted into
+    its one consumer, its scale factored out (module doc), or None."""
+    g, body = gens(rhs)
+    got = _scale_of(body) if g else None
+    if got is None:
+        return None
+    c, y = got
+    users = [j for j in range(k + 1, len(binds)) if x in free_vars(binds[j][1])]
+    if len(users) != 1:
+        return None
+    j = users[0]
+    v, crhs = binds[j]
+    cg, cbody = gens(crhs)
+    if len(cg) != len(g) or not all(_same_extent(a, b) for (_, a), (_, b) in zip(cg, g)):
+        return None  # one multiplication per consumer point must not exceed one per producer point
+    mine, rest = [], []
+    for t in _terms(cbody):
+        (mine if x in free_vars(t) else rest).append(t)
+    stripped = [_strip(t, x, [i for i, _ in g], y) for t in mine]
+    if not stripped or any(s is None for s in stripped):
+        return None
+    inner = stripped[0]
+    for s in stripped[1:]:
+        inner = Add(inner, s)
+    out = Mul(c, inner)
+    for t in reversed(rest):
+        out = Add(t, out)
+    for i, n in reversed(cg):
+        out = Gen(i, n, out)
+    return binds[:j] + [(v, out)] + binds[j + 1:]
+
+
 def fuse(binds, outs, base: Scope):
     """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc)."""
     binds = list(binds)
@@ -303,6 +393,11 @@ def fuse(binds, outs, base: Scope):
                 continue
             ok = zero_cost(body) or (bool(g) and _one_use(acc) and _injective_site(acc.sites[0], base))
             if not ok:
+                scaled = _factored(x, rhs, binds, k)
+                if scaled is not None:
+                    binds = scaled  # x is dead now: dropped on the next pass
+                    changed = True
+                    break
                 continue
             gv = [i for i, _ in g]
             memo: dict = {}

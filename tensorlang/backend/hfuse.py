@@ -1,0 +1,295 @@
+"""Horizontal fusion of loop nests (paper Section 4.3; issue #17, heat adjoint).
+
+A program's let-block becomes one loop nest per binding.  Two nests over the
+same iteration domain with no dependence between them (a reduction and a gen
+reading the same arrays, as the heat step's adjoint ``dκ = Σ dstate·lap(s)``
+and ``dstate' = Lᵀ(κ dstate)``) sweep the memory twice; fused, each element
+is loaded once per sweep.  This pass merges such nests in a kernel's
+statements not nested in a loop:
+
+* two statements *match* when both are loops with equal bounds and step, or
+  ifs with equal conditions (isl peels a domain's boundary into the same
+  loops and guards for every statement over that domain);
+* ``A`` (earlier) and ``B`` (later) fuse when neither writes a name the other
+  reads or writes (arrays, locals, loop variables; the loop variables of the
+  matched loops excepted), and ``A`` does not depend on or feed the
+  statements between them, so ``A`` moves down to ``B``'s place;
+* the fused loop runs ``A``'s body then ``B``'s (``B``'s loop variable
+  renamed to ``A``'s); inner loops match the same way, in order, with the
+  statements before each matched pair kept in front of it.
+
+Fusing makes an inner reduction loop (``acc += e``) share its body with other
+statements, which loses codegen's independent lanes; a fusion is kept only
+when every such reduction then gets column partial sums (``colsum.py``),
+which vectorize.  Only the serial kernel is fused (the parallel one keeps a
+``prange`` per gen nest and chunked reductions).  Built from loop-IR nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from . import kir as K
+from .colsum import _candidates, _names
+from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
+
+
+def _rw(stmts) -> tuple:
+    """``(read names, written names)`` of statements (an accumulation reads and writes its target)."""
+    reads: set = set()
+    writes: set = set()
+    for s in walk_stmts(stmts):
+        if isinstance(s, Loop):
+            _names((s.lo, s.hi), reads)
+            writes.add(s.var)
+        elif isinstance(s, If):
+            _names(s.cond, reads)
+        elif isinstance(s, Assign):
+            _names(s.value, reads)
+            writes.add(s.target)
+        elif isinstance(s, AccAdd):
+            _names(s.value, reads)
+            reads.add(s.target)
+            writes.add(s.target)
+        elif isinstance(s, Store):
+            _names((s.index, s.value), reads)
+            reads.add(s.array)  # a partial write: the array's other elements live on
+            writes.add(s.array)
+        elif isinstance(s, Alloc):
+            _names(s.shape, reads)
+            writes.add(s.name)
+    return reads, writes
+
+
+def _independent(a, b, skip=frozenset()) -> bool:
+    ra, wa = _rw(a)
+    rb, wb = _rw(b)
+    wa, wb = wa - skip, wb - skip
+    return not (wa & (rb | wb) or wb & ra)
+
+
+def _match(a, b) -> bool:
+    if isinstance(a, Loop) and isinstance(b, Loop):
+        return (a.lo, a.hi, a.step) == (b.lo, b.hi, b.step) and not _breaks(a.body) and not _breaks(b.body)
+    if isinstance(a, If) and isinstance(b, If):
+        return a.cond == b.cond
+    return False
+
+
+def _breaks(stmts) -> bool:
+    return any(isinstance(s, Break) for s in walk_stmts(stmts))
+
+
+def _rename(x, old: str, new: str):
+    """``x`` (statements or kernel-IR expressions) with the name ``old`` read as ``new``."""
+    if isinstance(x, K.Name):
+        return K.Name(new) if x.name == old else x
+    if isinstance(x, tuple):
+        return tuple(_rename(y, old, new) for y in x)
+    if isinstance(x, list):
+        return [_rename(y, old, new) for y in x]
+    if isinstance(x, (K.Int, K.Bool, K.Float)) or not hasattr(x, "__dataclass_fields__"):
+        return x
+    kw = {f.name: _rename(getattr(x, f.name), old, new) for f in fields(x)}
+    if isinstance(x, Loop) and x.var == old:
+        kw["var"] = new
+    if isinstance(x, (Assign, AccAdd)) and x.target == old:
+        kw["target"] = new
+    return replace(x, **kw)
+
+
+def _status(var: str, stmts) -> str:
+    """'read' when ``stmts`` may read ``var`` before assigning it, 'killed'
+    when they surely assign it first, else 'none'."""
+    for s in stmts:
+        if isinstance(s, Assign):
+            if var in _names(s.value, set()):
+                return "read"
+            if s.target == var:
+                return "killed"
+        elif isinstance(s, AccAdd):
+            if var in _names(s.value, set()) or s.target == var:
+                return "read"
+        elif isinstance(s, Store):
+            if var in _names((s.index, s.value), set()) or s.array == var:
+                return "read"
+        elif isinstance(s, Alloc):
+            if var in _names(s.shape, set()):
+                return "read"
+            if s.name == var:
+                return "killed"
+        elif isinstance(s, If):
+            if var in _names(s.cond, set()):
+                return "read"
+            a, b = _status(var, s.then), _status(var, s.orelse)
+            if "read" in (a, b):
+                return "read"
+            if a == b == "killed":
+                return "killed"
+        elif isinstance(s, Loop):
+            if var in _names((s.lo, s.hi), set()):
+                return "read"
+            # the body may run zero times: it kills nothing for what follows
+            if s.var != var and _status(var, s.body) == "read":
+                return "read"
+    return "none"
+
+
+def _dead_after(var: str, rest) -> bool:
+    """``var`` is not read by ``rest`` before being assigned again (a fused
+    loop leaves ``A``'s variable, not ``B``'s, at its last value)."""
+    return _status(var, rest) != "read"
+
+
+def _lanes(s) -> bool:
+    """codegen prints this loop with independent lanes (``acc += e`` alone)."""
+    return isinstance(s, Loop) and s.step == 1 and s.kind in ("sum", "rel") and len(s.body) == 1 \
+        and isinstance(s.body[0], AccAdd)
+
+
+def _fuse_pair(a, b, lost: list):
+    """The fused statement of matching, independent ``a`` and ``b``, or None;
+    ``lost``: the fused loops whose reduction had lanes before (``_lanes``)."""
+    if isinstance(a, If):
+        then = _fuse_lists(a.then, b.then, lost)
+        orelse = _fuse_lists(a.orelse, b.orelse, lost)
+        if then is None or orelse is None:
+            return None
+        return replace(a, then=then, orelse=orelse)
+    if a.var != b.var:
+        if a.var in _rw(b.body)[0] | _rw(b.body)[1]:
+            return None
+        body_b = _rename(b.body, b.var, a.var)
+    else:
+        body_b = b.body
+    kind = a.kind if a.kind == b.kind else "sum"
+    body = _fuse_lists(a.body, body_b, lost)
+    if body is None:
+        return None
+    f = replace(a, body=body, kind=kind, parallel=a.parallel and b.parallel)
+    if (_lanes(a) or _lanes(b)) and not _lanes(f):
+        lost.append(f)
+    return f
+
+
+def _fuse_lists(xs, ys, lost: list):
+    """Two independent statement lists as one: their inner loops (and ifs)
+    fused in order where they match one to one, else ``xs`` then ``ys``."""
+    lx = [k for k, s in enumerate(xs) if isinstance(s, Loop)]
+    ly = [k for k, s in enumerate(ys) if isinstance(s, Loop)]
+    if not lx or len(lx) != len(ly) or not all(_match(xs[i], ys[j]) for i, j in zip(lx, ly)):
+        return tuple(xs) + tuple(ys)
+    for i, j in zip(lx, ly):
+        b = ys[j]
+        if isinstance(b, Loop) and not _dead_after(b.var, ys[j + 1:]):
+            return tuple(xs) + tuple(ys)
+    out: list = []
+    pi = pj = 0
+    for i, j in zip(lx, ly):
+        out += list(xs[pi:i]) + list(ys[pj:j])
+        f = _fuse_pair(xs[i], ys[j], lost)
+        if f is None:
+            return None
+        out.append(f)
+        pi, pj = i + 1, j + 1
+    return tuple(out + list(xs[pi:]) + list(ys[pj:]))
+
+
+def _loop_vars(a, b) -> frozenset:
+    """The loop variables of a matched pair of loops (one variable once fused);
+    every other name written by one nest and touched by the other is a
+    dependence (inner loops are renamed pairwise by ``_fuse_lists``, which
+    checks its own pairs)."""
+    return frozenset({a.var, b.var}) if isinstance(a, Loop) and isinstance(b, Loop) else frozenset()
+
+
+def _reductions_keep_speed(s, lost: list) -> bool:
+    """Every fused loop whose reduction had lanes (``lost``) gets column
+    partial sums for all its accumulations in ``s`` (module doc)."""
+    tops: list = []
+
+    def top(x):
+        if isinstance(x, Loop):
+            tops.append(x)
+        elif isinstance(x, If):
+            for y in x.then + x.orelse:
+                top(y)
+
+    top(s)
+    covered = set()
+    for t in tops:
+        for m, accs in _candidates(t):
+            if set(accs) >= {x.target for x in m.body if isinstance(x, AccAdd)}:
+                covered.add(id(m))
+    return all(id(m) in covered for m in lost)
+
+
+def _fusable(a, b) -> bool:
+    if not _match(a, b):
+        return False
+    # the loop variables are private to each nest (allocator names): a shared name is renamed
+    vars_ = _loop_vars(a, b)
+    ra, wa = _rw([a])
+    rb, wb = _rw([b])
+    return not ((wa - vars_) & (rb | wb) or (wb - vars_) & ra)
+
+
+def _sink_assigns(body: list) -> list:
+    """Scalar assignments moved down, each to just before the first
+    statement that reads or writes its target or writes a name it reads
+    (``dκ = acc`` after a reduction would keep the reduction from moving down
+    to a matching nest)."""
+    body = list(body)
+    k = len(body) - 1
+    while k >= 0:
+        s = body[k]
+        if isinstance(s, Assign):
+            reads = _names(s.value, set())
+            p = k
+            while p + 1 < len(body):
+                r, w = _rw([body[p + 1]])
+                if s.target in r | w or w & reads:
+                    break
+                p += 1
+            if p != k:
+                body.insert(p + 1, s)
+                del body[k]
+        k -= 1
+    return body
+
+
+def fuse_nests(ir: KernelIR) -> KernelIR:
+    """Signature: fuse_nests : KernelIR -> KernelIR (module doc)."""
+    body = _sink_assigns(ir.body)
+    results = set(ir.results) | set(ir.copies)
+    changed = False
+    j = len(body) - 1
+    while j > 0:
+        b = body[j]
+        done = False
+        if isinstance(b, (Loop, If)):
+            for i in range(j - 1, -1, -1):
+                a = body[i]
+                if not _fusable(a, b):
+                    continue
+                mid = body[i + 1:j]
+                if not all(_independent([a], [m]) for m in mid):
+                    continue
+                if isinstance(b, Loop) and isinstance(a, Loop) and a.var != b.var:
+                    if not _dead_after(b.var, body[j + 1:]) or b.var in results:
+                        continue
+                lost: list = []
+                f = _fuse_pair(a, b, lost)
+                if f is None or not _reductions_keep_speed(f, lost):
+                    continue
+                body[j] = f
+                del body[i]
+                changed = done = True
+                j -= 1  # the fused statement moved to j - 1
+                break
+        if not done:
+            j -= 1
+    return replace(ir, body=body) if changed else ir  # (sunk assignments kept only with a fusion)
+
+
+__all__ = ["fuse_nests"]

@@ -1,0 +1,455 @@
+"""Step programs: a loop sweep in one Numba call (issue #17 item 3).
+
+The checkpoint schedule (``loops.schedule``) becomes an int64 table of
+instructions over state buffers, run by a loop (``fwd_prog`` / ``rev_prog``)
+compiled next to a variant of the body's kernel (or its adjoint's) that
+writes the state's leaves into buffers it is given: the state is
+double-buffered and no step allocates or returns to Python.  Used by
+``loop_kernel.LoopProgram`` (the primal) and ``loop_autodiff`` (the reverse
+sweep); the section comment below gives the table's format.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..ir import TensorT
+from ..loops import Split, row_at
+
+# # A schedule (``loops.schedule``) is compiled once per (policy, T) into an
+# int64 table of instructions over numbered state buffers: slots ``0 … S-1``
+# (the checkpoints), two scratch buffers ``S`` and ``S+1``, and ``IN``
+# (-1: the initial state, only read).  ``FWD t src dst``: one step of the
+# body from buffer ``src`` into ``dst``; ``COPY src dst``; ``REV t src``: one
+# adjoint step at the state in ``src``.  The body's kernel writes into the
+# buffer it is given (:func:`out_buffer_ir`), so no step allocates: the
+# primal alternates between the two scratch buffers, and a step whose result
+# is stored next writes straight into its checkpoint slot (``"all"`` stores
+# without a copy).  The table is run by ``fwd_prog`` / ``rev_prog``, loops
+# generated next to the body's and the adjoint's kernels: no Python per step.
+
+IN = -1
+FWD, COPY, REV = 0, 1, 2
+STEP_VERSION = "s4-steps-3"  # in the step modules' cache keys
+
+
+def compile_schedule(sch, T: int):
+    """``(forward table, reverse table, buffer of s_T)`` of a ``loops.Schedule``
+    (comment above); the tables are ``(m, 4)`` int64 arrays ``op, t, src, dst``."""
+    S = sch.slots
+    X, Y = S, S + 1
+    fwd: list = []
+    code = fwd
+    cur = IN
+    final = None
+    for a in sch.actions:
+        op = a[0]
+        if op == "store":
+            slot = a[1]
+            if cur == slot:
+                continue
+            last = code[-1] if code else None
+            if last is not None and last[0] == FWD and last[3] == cur and cur in (X, Y) and last[2] != slot:
+                last[3] = slot  # the step writes its result straight into the slot
+            else:
+                code.append([COPY, -1, cur, slot])
+            cur = slot
+        elif op == "restore":
+            cur = a[1]
+        elif op == "advance":
+            for t in range(a[1], a[2]):
+                dst = Y if cur == X else X
+                code.append([FWD, t, cur, dst])
+                cur = dst
+        elif op == "final":
+            final = cur
+            code = []
+            rev = code
+        else:
+            code.append([REV, a[1], cur, -1])
+    if final is None:
+        raise AssertionError("internal: a schedule without its final action")
+    tables = tuple(np.array(c, dtype=np.int64).reshape(-1, 4) for c in (fwd, rev))
+    return tables[0], tables[1], final
+
+
+@functools.lru_cache(maxsize=16)
+def forward_table(T: int):
+    """The primal's table: ``T`` steps from ``IN`` alternating between the
+    scratch buffers 0 and 1 (remembered: building it costs about a
+    microsecond per step; callers never write into it)."""
+    code = np.empty((T, 4), dtype=np.int64)
+    cur = IN
+    for t in range(T):
+        dst = 1 if cur == 0 else 0
+        code[t] = (FWD, t, cur, dst)
+        cur = dst
+    return code, cur
+
+
+def state_leaves(t, path=()):
+    """``[(path, TensorT)]``: the state's leaves (a tensor, or nested pairs of
+    tensors), or None when one is a scalar (no step program)."""
+    from ..ir import PairT
+
+    if isinstance(t, PairT):
+        a, b = state_leaves(t.fst, path + (0,)), state_leaves(t.snd, path + (1,))
+        return None if a is None or b is None else a + b
+    if isinstance(t, TensorT) and _rank(t) > 0:
+        return [(path, t)]
+    return None
+
+
+def leaf(v, path):
+    for k in path:
+        v = v[k]
+    return v
+
+
+def build_value(t, arrays: list, path=()):
+    """The (nested) state from its leaves' arrays, in ``state_leaves`` order."""
+    from ..ir import PairT
+
+    if isinstance(t, PairT):
+        return (build_value(t.fst, arrays), build_value(t.snd, arrays))
+    return arrays.pop(0)
+
+
+def result_leaves(tree, leaves):
+    """The result positions of the state's leaves in a kernel's output layout ``tree``, or None."""
+    out = []
+    for path, _ in leaves:
+        node = tree
+        for k in path:
+            if node[0] != "pair":
+                return None
+            node = node[1 + k]
+        if node[0] != "leaf":
+            return None
+        out.append(node[1])
+    return out
+
+
+def out_buffer_ir(ir, leaves):
+    """``(ir', buffer names, copied)``: ``ir`` with the array results at the
+    positions ``leaves`` written into caller-given buffers (pooled
+    allocations, arguments after the others); ``copied``: the positions (of
+    ``leaves``) whose result is an input, now returned as is for the caller
+    to copy into its buffer.  None when a result is neither (a packed
+    output), or two positions share one array."""
+    from dataclasses import replace
+
+    from .loopir import Alloc
+
+    top = {s.name: s for s in ir.body if isinstance(s, Alloc)}
+    names, copied, uncopy = [], [], set()
+    for j, k in enumerate(leaves):
+        r = ir.results[k]
+        if not isinstance(r, str) or r in names or r in uncopy:
+            return None
+        if r in ir.copies:
+            copied.append(j)
+            uncopy.add(r)
+        elif r in top and top[r].role == "output" and not top[r].pooled:
+            names.append(r)
+        else:
+            return None
+    swap = {nm: replace(top[nm], pooled=True) for nm in names}
+    body = [swap.get(s.name, s) if isinstance(s, Alloc) else s for s in ir.body]
+    allocs = [swap.get(a.name, a) for a in ir.allocs]
+    ir2 = replace(ir, args=list(ir.args) + names, allocs=allocs, body=body, copies=set(ir.copies) - uncopy)
+    return ir2, names, copied
+
+
+def _dims(t) -> list:
+    out = []
+    while isinstance(t, TensorT):
+        out.append([[[s.name, c] for s, c in t.extent.terms], t.extent.const])
+        t = t.elem
+    return out
+
+
+def _call(spec, names: dict, t_size, outs, prefix: str = "z", rows=()):
+    """``(parameters, call arguments)`` of a step kernel's call from a step
+    program: ``<prefix><k>`` for the arguments passed in (``spec``: the
+    kernel's own, without the output buffers), ``names`` replacing input
+    leaves by ``(name, path)``, ``t + 1`` for ``t_size``, then the output
+    buffers ``outs``; a row input (``rows``) is passed as ``(whole input,
+    row at t = 0)`` (``kernel_args``) and its row at ``t`` given to the kernel."""
+    nsz = len(spec["sizes"])
+    params = [f"{prefix}{k}" for k in range(nsz + len(spec["inputs"]) + len(spec.get("temporaries", [])))]
+    args = list(params)
+    for k, nm in enumerate(spec["sizes"]):
+        if nm == t_size:
+            args[k] = "t + 1"  # loops.t_value
+    for k, (nm, path, _) in enumerate(spec["inputs"]):
+        if (nm, tuple(path)) in names:
+            args[nsz + k] = names[(nm, tuple(path))]
+        elif nm in rows:
+            args[nsz + k] = row_expr(params[nsz + k], rows[nm])
+    return params, args + list(outs)
+
+
+class StepKernel:
+    """A compiled part's float64 kernel writing the state's leaves into
+    caller-given buffers, in its own cache entry together with the loop that
+    runs an instruction table (``fwd_prog`` or ``rev_prog``)."""
+
+    def __init__(self, module, key: str, base: dict, spec2: dict):
+        self.module, self.key, self.base = module, key, base  # base: the kernel's own spec (no buffers)
+        # the state leaves the kernel writes into buffers, and those it returns as inputs (copied)
+        self.pooled, self.copied = spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"]
+        self.par = hasattr(module, "fwd_prog_par") or hasattr(module, "rev_prog_par")
+
+    def run(self, name: str, threads, *args):
+        """Run the step program ``name``: its parallel variant on ``threads``
+        (an int > 1, capped at Numba's pool; the kernels' gen loops
+        ``prange``, reductions in per-thread chunks: a given thread count
+        always gives the same result) when the kernel has one, else serial."""
+        if threads is None or threads <= 1 or not self.par:
+            return getattr(self.module, name)(*args)
+        import numba
+
+        k = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+        old = numba.get_num_threads()
+        numba.set_num_threads(k)
+        try:
+            return getattr(self.module, name + "_par")(*args, np.int64(k))
+        finally:
+            numba.set_num_threads(old)
+
+    @classmethod
+    def build(cls, kernel, positions, leaves, make_src, imports: str = ""):
+        """``make_src(buffer positions, copied positions, par)`` gives the
+        program's source; ``par``: the variant calling ``kernel_parallel``
+        (its gen loops ``prange``), defined when the kernel has one."""
+        import hashlib
+
+        from . import cache as _cache
+        from .codegen import has_parallel, source
+
+        var = kernel.variant("float64")
+        spec = var.spec
+        if (var.key is None or spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
+                or spec.get("sparse_outputs") or spec.get("relation_orders")):
+            return None
+        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{positions}|{imports}|{make_src(None, None, False)}".encode())
+        key = key.hexdigest()[:40]
+        got = _cache.load(key)
+        if got is not None:
+            return None if got[1].get("loop_pooled_leaves") is None else cls(got[0], key, spec, got[1])
+        ir, _ = kernel.lowered()
+        made = out_buffer_ir(ir, positions)
+        spec2 = dict(spec)
+        if made is None:  # remembered: this kernel has no step form
+            spec2["loop_pooled_leaves"] = None
+            _cache.store(key, source(ir, "float64"), spec2)
+            return None
+        ir2, names, copied = made
+        pooled = [j for j in range(len(positions)) if j not in copied]
+        spec2["temporaries"] = list(spec.get("temporaries", [])) + [[nm, _dims(leaves[j][1])] for nm, j in zip(names, pooled)]
+        spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"] = pooled, list(copied)
+        text = (source(ir2, "float64") + imports + "\n# -- step program (tensorlang.backend.step_programs) --\n"
+                "@numba.njit(**_OPTS)\n" + make_src(pooled, copied, False))
+        if has_parallel(ir2):
+            text += "\n@numba.njit(**_OPTS)\n" + make_src(pooled, copied, True)
+        return cls(_cache.store(key, text, spec2), key, spec, spec2)
+
+
+def _usable(part) -> bool:
+    return part is not None and part not in ("identity",) and part.var is None and \
+        hasattr(part.fn, "variant") and not part.fn.python
+
+
+def _select(L: int, ind: str) -> list:
+    """The current state's leaves ``a<k>``: the initial state's or a buffer's."""
+    return ([f"{ind}if src < 0:"] + [f"{ind}    a{k} = s{k}" for k in range(L)] + [f"{ind}else:"]
+            + [f"{ind}    a{k} = bufs{k}[src]" for k in range(L)])
+
+
+def _copies(L: int, ind: str, src: str, dst: str) -> list:
+    return [line for k in range(L) for line in (f"{ind}b = {dst.format(k=k)}", f"{ind}b[...] = {src.format(k=k)}")]
+
+
+def forward_program(part, sp: Split):
+    """The body's step kernel with ``fwd_prog(code, s…, bufs…, z…)`` (the
+    table's FWD and COPY instructions; one ``s``/``bufs`` per state leaf), or
+    None where it does not apply (a scalar leaf in the state, relations)."""
+    leaves = state_leaves(sp.state.type)
+    if leaves is None or not _usable(part):
+        return None
+    spec = part.fn.variant("float64").spec
+    pos = result_leaves(spec["outputs"], leaves)
+    L = len(leaves)
+    if pos is None:
+        return None
+
+    def make_src(pooled, copied, par):
+        names = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
+        zs, call = _call(spec, names, t_name(sp), [f"bufs{k}[dst]" for k in (pooled or [])] + (["nthreads"] if par else []),
+                         rows=row_sources(sp, None))
+        lines = [f"def fwd_prog{'_par' if par else ''}(code, {''.join(f's{k}, ' for k in range(L))}"
+                 f"{''.join(f'bufs{k}, ' for k in range(L))}{', '.join(zs)}{', nthreads' if par else ''}):",
+                 "    for q in range(code.shape[0]):",
+                 "        t = code[q, 1]",
+                 "        src = code[q, 2]",
+                 "        dst = code[q, 3]"]
+        lines += _select(L, "        ")
+        kern = "kernel_parallel" if par else "kernel_serial"
+        lines += [f"        if code[q, 0] == {FWD}:", f"            res = {kern}({', '.join(call)})"]
+        lines += [line for k in (copied or []) for line in (
+            f"            b = bufs{k}[dst]", f"            b[...] = res[{pos[k]}]")]
+        lines += ["        else:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
+        lines.append("    return 0")
+        return "\n".join(lines) + "\n"
+
+    return StepKernel.build(part.fn, pos, leaves, make_src)
+
+
+def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
+    """The body adjoint's step kernel (the state's cotangent leaves written
+    into buffers) with ``rev_prog(code, s…, bufs…, ds…, dsb…, accs…, zf…,
+    za…)`` running FWD, COPY and REV instructions (the body's steps through
+    ``fwd``'s module), or None.  ``wrt``: the adjoint's inputs in output
+    order, the state first; the inputs' cotangents accumulate in the order
+    ``t = T-1 … 0`` (``acc + step``; a row input's into row ``t`` of its
+    whole input's accumulator), the state's is carried."""
+    leaves = state_leaves(sp.state.type)
+    if fwd is None or leaves is None or not _usable(part):
+        return None
+    L = len(leaves)
+    spec = part.fn.variant("float64").spec
+    outs, tree = [], spec["outputs"]  # (E_state, (E_x1, …)): the state's a (nested) pair, the others leaves
+    for j in range(len(wrt)):
+        node = tree if j == len(wrt) - 1 else tree[1]
+        if j == 0:
+            pos = result_leaves(node, leaves)
+            if pos is None:
+                return None
+        elif node[0] != "leaf":
+            return None
+        else:
+            outs.append(node[1])
+        if j < len(wrt) - 1:
+            tree = tree[2]
+    accs = [f"acc{j}" for j in range(1, len(wrt))]
+    rowset = row_sources(sp, None)
+    # a row's accumulator is indexed by its row at t: the offset from the body
+    # kernel's argument for the row (zf), which every body kernel reads
+    nszf = len(fwd.base["sizes"])
+    fparam = {nm: f"f{nszf + k}" for k, (nm, _, _) in enumerate(fwd.base["inputs"])}
+    if any(w.name in rowset and w.name not in fparam for w in wrt[1:]):
+        return None
+    fnames = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
+    anames = {**fnames, **{(dstate, p): f"ds{k}" for k, (p, _) in enumerate(leaves)}}
+    fpos = result_leaves(fwd.base["outputs"], leaves)
+
+    def acc_row(j):
+        nm = wrt[j + 1].name
+        if nm not in rowset:
+            return ""
+        p = fparam[nm]
+        return f"[{p}[1] + t]" if rowset[nm][1] == 1 else f"[{p}[1] - t]"
+
+    def make_src(pooled, copied, par):
+        fpar = par and fwd.par
+        zf, fcall = _call(fwd.base, fnames, t_name(sp), [f"bufs{k}[dst]" for k in fwd.pooled] + (["nthreads"] if fpar else []),
+                          prefix="f", rows=rowset)
+        za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])] + (["nthreads"] if par else []),
+                          rows=rowset)
+        head = "".join(f"{x}{k}, " for x in ("s", "bufs", "ds", "dsb") for k in range(L))
+        lines = [f"def rev_prog{'_par' if par else ''}(code, {head}{''.join(a + ', ' for a in accs)}"
+                 f"{', '.join(zf + za)}{', nthreads' if par else ''}):",
+                 "    for q in range(code.shape[0]):",
+                 "        op = code[q, 0]",
+                 "        t = code[q, 1]",
+                 "        src = code[q, 2]",
+                 "        dst = code[q, 3]"]
+        lines += _select(L, "        ")
+        lines += [f"        if op == {FWD}:", f"            fres = _body_step{'_par' if fpar else ''}({', '.join(fcall)})"]
+        lines += [line for k in fwd.copied for line in (f"            b = bufs{k}[dst]", f"            b[...] = fres[{fpos[k]}]")]
+        lines += [f"        elif op == {COPY}:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
+        lines += ["        else:", f"            res = {'kernel_parallel' if par else 'kernel_serial'}({', '.join(acall)})"]
+        # in place for arrays (the caller's private accumulators): acc + step, as added before
+        # a row input's cotangent (loops.row_inputs) goes into row t of the whole input's: one row per step
+        lines += [f"            {a}{acc_row(j)} += res[{outs[j]}]" for j, a in enumerate(accs)]
+        lines += [line for k in (copied or []) for line in (f"            b = dsb{k}", f"            b[...] = res[{pos[k]}]")]
+        for k in range(L):  # the new cotangent is in dsb: swap
+            lines += [f"            tmp = ds{k}", f"            ds{k} = dsb{k}", f"            dsb{k} = tmp"]
+        lines.append("    return (" + "".join(f"ds{k}, " for k in range(L)) + "".join(a + ", " for a in accs) + ")")
+        return "\n".join(lines) + "\n"
+
+    imports = ("\nfrom tensorlang.backend import cache as _loop_cache\n"
+               f"_body_entry = _loop_cache.load({fwd.key!r})\n"
+               "if _body_entry is None:\n"
+               "    raise ImportError('the loop body step kernel is not in the cache')\n"
+               "_body_step = _body_entry[0].kernel_serial\n"
+               + ("_body_step_par = _body_entry[0].kernel_parallel\n" if fwd.par else ""))
+    return StepKernel.build(part.fn, pos, leaves, make_src, imports)
+
+
+def kernel_args(spec, values: dict, sizes: dict, t_size, rows=None):
+    """The float64 kernel's arguments (``api.Kernel._run``'s order), or None
+    where a step program does not apply (float32, sizes a proof needs positive).
+    ``rows``: ``row_sources(sp, sizes)``: a row input's argument is
+    ``(whole input, its row at t = 0)``, the step program takes its row at ``t``."""
+    rows = rows or {}
+    if spec.get("needs_positive_sizes") and any(sizes.get(n, 1) < 1 for n in spec["sizes"] if n != t_size):
+        return None
+    vals = {k: values[rows[k][0] if k in rows else k] for k, _, _ in spec["inputs"]}
+    if precision_of(vals) != "float64":
+        return None
+    args = [np.int64(1 if n == t_size else sizes[n]) for n in spec["sizes"]]  # t_size: set per step
+    for name, path, rank in spec["inputs"]:
+        v = vals[name]
+        for k in path:
+            v = v[k]
+        if name in rows:
+            args.append((np.ascontiguousarray(v, dtype=np.float64), np.int64(rows[name][2])))
+        else:
+            args.append(np.ascontiguousarray(v, dtype=np.float64) if rank else np.float64(v))
+    for name, dims in spec.get("temporaries", []):
+        shape = tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
+        args.append(np.empty(shape, dtype=np.float64))
+    return args
+
+
+def row_sources(sp: Split, sizes) -> dict:
+    """``{row input's name: (whole input's name, ±1, its row at t = 0)}``
+    (``loops.row_inputs``; the row at ``t`` is ``±t + c``; ``sizes=None``:
+    the coefficients only, for the programs' source)."""
+    t = sp.loop.ivar
+    return {row.name: (f.name, idx.coeff(t), None if sizes is None else row_at(idx, t, 0, sizes))
+            for row, f, idx in sp.rows}
+
+
+def row_expr(param: str, src) -> str:
+    """A row input's row at ``t`` in a step program: ``param`` is the pair
+    ``(whole input, row at t = 0)``."""
+    return f"{param}[0][{param}[1] + t]" if src[1] == 1 else f"{param}[0][{param}[1] - t]"
+
+
+def t_name(sp: Split):
+    return None if sp.t_size is None else sp.t_size.name
+
+
+def _rank(t) -> int:
+    r = 0
+    while isinstance(t, TensorT):
+        r, t = r + 1, t.elem
+    return r
+
+
+def precision_of(vals: dict) -> str:
+    """'float32' when every array-like value is float32 (as ``api.precision``)."""
+    kinds = []
+    stack = list(vals.values())
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif not isinstance(v, (bool, int, float)):
+            kinds.append(np.asarray(v).dtype)
+    return "float32" if kinds and all(k == np.float32 for k in kinds) else "float64"
