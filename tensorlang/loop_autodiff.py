@@ -509,37 +509,78 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
             return 0
         return cost(prog, **{k: v for k, v in {**sizes, **extra}.items() if k in {s.name for s in size_vars(prog)}})
 
-    def ct(prog, wrt_):
+    def adj(prog, wrt_):
         wrt_ = [w for w in wrt_ if w in set(input_vars(prog))]
         if not wrt_ or isinstance(prog, Var):
-            return 0
-        return c(adjoint(prog, wrt_, cotangent="_loop_cot"), **tsz)  # the body's adjoint may keep t (loop_t)
+            return None
+        return adjoint(prog, wrt_, cotangent="_loop_cot")
 
-    tsz = {sp.t_size.name: t_value(0)} if sp.t_size is not None else {}
+    def ct(prog, wrt_):
+        a = adj(prog, wrt_)
+        return 0 if a is None else c(a)
+
+    def per_step(prog) -> int:
+        """Σ_{t<T} of a body program's count: a body that uses t (the size
+        loop_t = t + 1) is counted at every step (a guard such as [t >= 1]
+        makes steps differ), else T times its count."""
+        if prog is None or not T:
+            return 0
+        if sp.t_size is None:
+            return T * c(prog)
+        return sum(at_t(prog, t) for t in range(T))
+
+    step_memo: dict = {}
+
+    def at_t(prog, t: int) -> int:  # O(T) counts at given sizes (the recomputed steps reuse them)
+        got = step_memo.get((id(prog), t))
+        if got is None:
+            got = step_memo[(id(prog), t)] = c(prog, **{sp.t_size.name: t_value(t)})
+        return got
+
     hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if T else []
     bwrt = [row for row, f, _ in sp.rows if f in xs] + xs + [v for v, _ in hs]
-    body, body_t = c(sp.body, **tsz), ct(sp.body, [sp.state] + bwrt)
+    # no step runs at T = 0: the body (and its adjoint, whose t-indexed reads
+    # would be out of range) is not built
+    body_adj = adj(sp.body, [sp.state] + bwrt) if T else None
+    body, body_t = per_step(sp.body), per_step(body_adj)
+    body_once = body // T if T and sp.t_size is None else None
     # what runs besides: every step adds the body adjoint's cotangent of each
     # input into its accumulator: one [n] row for f[±t + c, …] (loops.row_inputs),
     # a whole [T][n] array for an input read otherwise (f[2t]: O(T²n) in all)
     body_in = set(input_vars(sp.body))
     accum = sum(_elements(w.type, sizes) for w in bwrt if w in body_in)
     inv = sum(c(e) for _, e in sp.hoisted) if T else 0  # hoisted: once, not per step
-    primal = c(sp.pre) + inv + T * body + c(sp.post)
+    primal = c(sp.pre) + inv + body + c(sp.post)
     sch = schedule(policy, T) if T else None
     rec = sch.recomputed if sch else 0
-    adj = (primal + ct(sp.pre, xs) + T * (body_t + accum) + rec * body + ct(sp.post, [sp.final] + xs)
-           + sum(ct(e, xs) for _, e in hs))
+    # recomputed steps: the count of the steps the schedule re-runs (each step's own count when they differ):
+    # every advance of the schedule, less the primal's one pass over t = 0 … T-1
+    if body_once is not None or sch is None:
+        recomputed = rec * (body_once or 0)
+    else:
+        recomputed = _advanced_count(sch, lambda t: at_t(sp.body, t)) - body
+    total = (primal + ct(sp.pre, xs) + body_t + T * accum + recomputed + ct(sp.post, [sp.final] + xs)
+             + sum(ct(e, xs) for _, e in hs))
     out = {
         "policy": policy if not (isinstance(policy, tuple) and policy[1] is None) else ("binomial", binomial_budget(policy, T)),
         "primal": primal,
-        "adjoint": adj,
-        "factor": adj / primal if primal else float("nan"),
+        "adjoint": total,
+        "factor": total / primal if primal else float("nan"),
         "stored_states": sch.slots if sch else 0,
         "recomputed_steps": rec,
         "accumulated_per_step": accum,
     }
     if sp.t_size is not None:
-        out["note"] = "the body uses t: its cost is taken at t = 0 for every step"
+        out["note"] = "the body uses t: each step is counted at its own t"
     return out
+
+
+def _advanced_count(sch, step_cost) -> int:
+    """Σ of ``step_cost(t)`` over every step the schedule's advances run
+    (``("advance", t0, t1)`` runs the body at t0 … t1 - 1), the primal's included."""
+    total = 0
+    for act in sch.actions:
+        if act[0] == "advance":
+            total += sum(step_cost(t) for t in range(act[1], act[2]))
+    return total
 
