@@ -479,6 +479,7 @@ WORKLOADS: tuple = (
 
 from .heat import workload_fields as _heat; WORKLOADS += (Workload(**_heat()),)  # issue #17: tl.loop heat equation
 from .wave import workload_fields as _wave; WORKLOADS += (Workload(**_wave()),)  # issue #17: tl.loop wave equation (pair state)
+from .dense import workload_fields as _dense; WORKLOADS += tuple(Workload(**f) for f in _dense())  # issue #13 item 6: MLP, logistic regression (BLAS)
 BY_NAME = {w.name: w for w in WORKLOADS}
 STANDALONE = {"sparse-tensors": "benchmarks.sparse_bench"}  # issue 16: scipy.sparse inputs, own runner (python -m benchmarks.sparse_bench)
 

@@ -43,6 +43,7 @@ import math
 from dataclasses import fields, replace
 
 from . import kir as K
+from .blas import Gemm, gemm_source
 from .contract import _map_stmts
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 
@@ -122,6 +123,8 @@ def _reads(stmts, out: set, acc_targets: bool = True) -> set:
             case Alloc(shape=sh):
                 for x in sh:
                     _names(x, out)
+            case Gemm():
+                out.update(s.arrays_read())
     return out
 
 
@@ -317,6 +320,8 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 lines.append(f"{ind}{a}[{', '.join(_index(i) for i in ix)}] = {expr(v)}\n")
             case Break():
                 lines.append(f"{ind}break\n")
+            case Gemm():
+                lines.append(f"{ind}{gemm_source(s)}\n")
             case _:
                 raise TypeError(f"not a loop-IR statement: {s!r}")
 
@@ -510,6 +515,8 @@ def _stmt_reads(s, accs) -> set:
         case Alloc(shape=sh):
             for x in sh:
                 _names(x, out)
+        case Gemm():
+            out.update(s.arrays_read())
     return out
 
 
