@@ -202,7 +202,7 @@ def extract_products(binders, body, shape_of):
     """``([(c, gen[...] S)], body')``: each matrix product ``S`` (a sum that
     :func:`match` accepts over the ``binders`` it uses) found inside the
     scalar ``body`` of a top-level binding, through ``+``, ``·``, function
-    calls and the binding's own outer sums, bound to a fresh array ``c`` and
+    calls and sums (whose binders count as loops), bound to a fresh array ``c`` and
     read as ``c[i, ...]`` in ``body'``.  Tensor-SSA fusion (fusion.py) puts
     ``y = A x`` inside its single consumer (``dY = y + y``): computing it
     apart again is what lets BLAS run it.  Sums under a bracket are left
@@ -212,24 +212,24 @@ def extract_products(binders, body, shape_of):
     found: dict = {}
     order = list(binders)
 
-    def visit(e, top_sums: bool):
+    def visit(e):
         if e in found:
             return
         match e:
-            case Sum() if top_sums and not _candidate(e):
-                binds, inner = sums(e)
-                order.extend(binds)
-                visit(inner, False)
             case Sum():
                 got = _candidate(e)
                 if got is not None:
                     found[e] = got
+                    return
+                binds, inner = sums(e)  # its points are the loops' points: look inside
+                order.extend(binds)
+                visit(inner)
             case Add(lhs=a, rhs=b) | Mul(lhs=a, rhs=b):
-                visit(a, False)
-                visit(b, False)
+                visit(a)
+                visit(b)
             case Call(args=args):
                 for a in args:
-                    visit(a, False)
+                    visit(a)
 
     def _candidate(e):
         used = free_indices(e)
@@ -238,7 +238,7 @@ def extract_products(binders, body, shape_of):
             return None
         return outs
 
-    visit(body, True)
+    visit(body)
     if not found:
         return [], body
     pre, repl = [], {}
