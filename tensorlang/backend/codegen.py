@@ -52,6 +52,7 @@ import numpy as np
 import numba
 from numba import prange
 from tensorlang.backend.scalars import kernel_function as _function
+from tensorlang.backend.hugepages import advise_huge as _huge
 
 _OPTS = dict(cache={cache}, nogil=True, error_model="numpy")
 F = np.{dtype}
@@ -286,6 +287,13 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
             continue
         match s:
             case Alloc(name=n, zero=z, pooled=True):
+                if z:
+                    lines.append(f"{ind}{n}[...] = 0.0\n")
+            case Alloc(name=n, shape=sh, zero=z) if depth == 1:
+                # a top-level array: huge pages before the first write (hugepages.py)
+                shape = ", ".join(f"max(0, {expr(x)})" for x in sh)
+                lines.append(f"{ind}{n} = np.empty(({shape},), dtype=F)\n")
+                lines.append(f"{ind}_huge({n})\n")
                 if z:
                     lines.append(f"{ind}{n}[...] = 0.0\n")
             case Alloc(name=n, shape=sh, zero=z):
