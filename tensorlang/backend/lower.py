@@ -72,6 +72,7 @@ from .contract import fuse_and_contract
 from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
 from .predicates import PredicateLowering
+from .elements import canonical, extents_key, reuse
 from .blas import dense_shape, extract_products, lower_gemm
 
 
@@ -128,6 +129,7 @@ class Lowerer(RelationLowering, PredicateLowering):
                 cons += [f"{self.scope0.aff(n)} >= 0" for n in ext]
         for r in relations_of(program):
             cons += [f"{self.scope0.aff(n)} >= 0" for n in r.extents]
+        self.stored: dict = {}  # (extents, canonical element) -> let Var of a stored gen binding (elements.py)
         self.arrays: dict = {}  # let Var -> (kernel name, extents)
         self.scalars: dict = {}  # let Var -> kernel name
 
@@ -156,6 +158,9 @@ class Lowerer(RelationLowering, PredicateLowering):
             if pre:
                 return [s for c, e in pre for s in self.binding(c, e, "temporary")] + self.binding(
                     x, make_gens(gb, body2), role)
+        if gb and self.mode == "sparse":  # an element an earlier binding stored is read back (elements.py)
+            body = reuse(gb, body, self.stored)
+        canon = canonical(gb, body) if gb and self.mode == "sparse" else None
         body = hoist(body)
         self.shared = occurrences(body)
         self.cse, self._keep = {}, []
@@ -165,6 +170,8 @@ class Lowerer(RelationLowering, PredicateLowering):
             self.scalars[x] = name
             return st + [Assign(name, code)]
         stmts = self.array_binding(x, gb, body, self.scope0, role)
+        if canon is not None and x not in self.packed and isinstance(canon, (Call, Add, Mul)):
+            self.stored.setdefault((extents_key(gb), canon), x)
         # a dense matrix product: a BLAS call, the loops kept for small sizes (blas.py)
         return lower_gemm(self, x, gb, rhs, stmts) if self.mode == "sparse" else stmts
 
@@ -318,7 +325,10 @@ class Lowerer(RelationLowering, PredicateLowering):
                 # the black-box derivative D[f] of rule 6.6: emit its expansion
                 # sum_k (d_k f)(x)·t_k from f's registered partials
                 k = len(args) // 2
-                return self.scalar(expand_derivative(f[2:-1], args[:k], args[k:]), sc)
+                ex = expand_derivative(f[2:-1], args[:k], args[k:])
+                for t, c in occurrences(ex).items():  # tanh' = 1 - tanh(x)·tanh(x): tanh once
+                    self.shared[t] = self.shared.get(t, 0) + c
+                return self.scalar(ex, sc)
             case Call(fn=f, args=args):
                 return self.call(f, args, sc)
             case Iverson(pred=p, body=b):
