@@ -17,8 +17,9 @@ variable, with no bracket anywhere (a guard such as ``[i < j]`` inside the
 sum is not a matrix product) and every loop's range the whole extent of the
 array dimension it indexes (full boxes: the array *is* the operand, no
 slicing).  It returns a :class:`Gemm` statement ``out = lhs · rhs``
-(``np.dot(lhs, rhs, out)``, Numba's BLAS gemm/gemv binding; ``View.trans``
-prints ``a.T``, which Numba passes to BLAS as a transpose flag, no copy).
+(codegen prints ``np.dot(lhs, rhs, out)``, Numba's BLAS gemm/gemv binding,
+and a transposed :class:`View` as ``a.T``, which Numba passes to BLAS as a
+transpose flag: no copy).
 
 The lowering keeps the loop nest too and chooses at run time, from the
 sizes: :func:`worth_blas` is true when every extent is at least 1 and the
@@ -158,16 +159,6 @@ def worth_blas(dims) -> K.KExpr:
     return K.and_of(tests + [K.Cmp(">=", work, K.Int(BLAS_MIN_WORK))])
 
 
-def gemm_source(s: Gemm) -> str:
-    """Python text of the statement (codegen prints it; nothing is decided on it)."""
-    def view(v: View) -> str:
-        return f"{v.array}.T" if v.trans else v.array
-
-    return f"np.dot({view(s.lhs)}, {view(s.rhs)}, {s.out})"
-
-
-
-
 def dense_shape(lw, base):
     """The extents of ``base`` when it is a whole dense kernel array (an
     input or a let array of the Lowerer ``lw``), else None."""
@@ -268,4 +259,4 @@ def _replace(e, repl: dict):
     return e
 
 
-__all__ = ["View", "Gemm", "Contraction", "match", "worth_blas", "gemm_source", "lower_gemm", "extract_products", "BLAS_MIN_WORK"]
+__all__ = ["View", "Gemm", "Contraction", "match", "worth_blas", "lower_gemm", "extract_products", "BLAS_MIN_WORK"]

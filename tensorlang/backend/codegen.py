@@ -44,7 +44,7 @@ import math
 from dataclasses import fields, replace
 
 from . import kir as K
-from .blas import Gemm, gemm_source
+from .blas import Gemm, View
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 from .parallel_split import SCATTER_SPLIT_FACTOR, THREADS_ARG, _names, _rename_acc, reductions, split_scatters
 
@@ -181,8 +181,8 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 lines.append(f"{ind}{a}[{', '.join(_index(i) for i in ix)}] = {expr(v)}\n")
             case Break():
                 lines.append(f"{ind}break\n")
-            case Gemm():
-                lines.append(f"{ind}{gemm_source(s)}\n")
+            case Gemm(out=o, lhs=a, rhs=b):  # BLAS gemm/gemv through Numba's np.dot (blas.py)
+                lines.append(f"{ind}np.dot({_view(a)}, {_view(b)}, {o})\n")
             case _:
                 raise TypeError(f"not a loop-IR statement: {s!r}")
 
@@ -222,6 +222,10 @@ def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list) -> None:
     for k in range(2, LANES):
         rest = f"({rest} + {acc}_a{k})"
     lines.append(f"{ind}{acc} += {rest}\n")
+
+
+def _view(v: View) -> str:
+    return f"{v.array}.T" if v.trans else v.array
 
 
 def _index(e: K.KExpr) -> str:
