@@ -32,6 +32,7 @@ order of additions.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from ..errors import UnsupportedError
@@ -40,6 +41,9 @@ from . import kir as K
 from .domains import aff_expr
 from .loopir import Alloc, If
 
+# Numba's np.dot calls the BLAS that SciPy ships (scipy.linalg.cython_blas); SciPy is not
+# a core dependency, so without it every product keeps its loops
+HAVE_BLAS = importlib.util.find_spec("scipy") is not None
 # multiply-adds below which the loop nest runs instead of the BLAS call
 BLAS_MIN_WORK = 4096
 # extents are capped before multiplying (no int64 overflow: (2^20)^3 < 2^63)
@@ -178,7 +182,7 @@ def lower_gemm(lw, x, gb, rhs, stmts: list) -> list:
     allocation, then its loop nest, as the lowering made them) with the loop
     nest behind the run-time choice ``If(worth_blas, [Gemm], loops)`` when
     ``rhs`` is a dense matrix product; else ``stmts`` unchanged."""
-    got = match(gb, gens(rhs)[1], lw.dense_shape)
+    got = match(gb, gens(rhs)[1], lw.dense_shape) if HAVE_BLAS else None
     name, _ = lw.arrays[x]
     if got is None or not stmts or not isinstance(stmts[0], Alloc) or stmts[0].name != name or stmts[0].zero:
         return stmts
@@ -198,7 +202,7 @@ def extract_products(binders, body, shape_of):
     ``y = A x`` inside its single consumer (``dY = y + y``): computing it
     apart again is what lets BLAS run it.  Sums under a bracket are left
     alone (the bracket may skip most of their points)."""
-    if binders and match(binders, body, shape_of) is not None:
+    if not HAVE_BLAS or (binders and match(binders, body, shape_of) is not None):
         return [], body  # the binding is the product itself (lower_gemm)
     found: dict = {}
     order = list(binders)
