@@ -513,6 +513,7 @@ WORKLOADS: tuple = (
 from .heat import workload_fields as _heat; WORKLOADS += (Workload(**_heat()),)  # issue #17: tl.loop heat equation
 from .wave import workload_fields as _wave; WORKLOADS += (Workload(**_wave()),)  # issue #17: tl.loop wave equation (pair state)
 from .burgers_loop import workload_fields as _burgers_loop; WORKLOADS += (Workload(**_burgers_loop()),)  # issue #17: tl.loop Burgers, tl.maximum upwind flux
+from .dense import workload_fields as _dense; WORKLOADS += tuple(Workload(**f) for f in _dense())  # issue #13 item 6: MLP, logistic regression (BLAS)
 BY_NAME = {w.name: w for w in WORKLOADS}
 STANDALONE = {"sparse-tensors": "benchmarks.sparse_bench"}  # issue 16: scipy.sparse inputs, own runner (python -m benchmarks.sparse_bench)
 

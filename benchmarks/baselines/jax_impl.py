@@ -94,6 +94,10 @@ def _spec(name, d):
             import importlib
 
             return importlib.import_module(f"..{family(name)}", __package__).jax_spec(d)
+        case "mlp" | "logreg":  # dense contractions (issue #13 item 6): the peer lives with the workload
+            from .. import dense
+
+            return dense.jax_spec(name, d)
         case other:
             raise NotApplicable(f"no JAX baseline for {other}")
 

@@ -88,6 +88,10 @@ def _spec(name, d):
             return sparse, [vals, d["x"], d["b"], rows, cols], (0, 1), post
         case "nbody":
             return nbody, [d["p"]], (0,), lambda g: {"p": g[0]}
+        case "mlp" | "logreg":  # dense contractions (issue #13 item 6): the peer lives with the workload
+            from .. import dense
+
+            return dense.torch_spec(name, d)
         case other:
             raise NotApplicable(f"no PyTorch baseline for {other}")
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from . import kir as K
+from .blas import Gemm
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 
 MAX_COLUMNS = 1 << 14  # 128 KiB of float64 partial sums per reduction variable
@@ -80,6 +81,8 @@ def _written(stmts) -> set:
             out.add(s.target)
         elif isinstance(s, Alloc):
             out.add(s.name)
+        elif isinstance(s, Gemm):
+            out.add(s.out)
     return out
 
 
@@ -98,6 +101,8 @@ def _reads_no_acc(stmts) -> set:
             _names((s.index, s.value), out)
         elif isinstance(s, Alloc):
             _names(s.shape, out)
+        elif isinstance(s, Gemm):
+            out.update(s.arrays_read())
     return out
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from . import kir as K
+from .blas import Gemm
 from .loopir import AccAdd, Alloc, Assign, Break, If, Loop, Store
 
 FUSABLE = ("gen", "scatter", "rel")
@@ -107,6 +108,11 @@ def _accesses(stmts, out: dict, names: dict, loops=()) -> None:
                 expr(v, loops)
             case Alloc(shape=sh):
                 expr(sh, loops)
+            case Gemm(out=o):
+                # whole arrays, at no loop's element: never fused or contracted across
+                for a in s.arrays_read() + (o,):
+                    out.setdefault(a, []).append(((), loops))
+                out.setdefault(("w", o), [])
 
 
 def _info(stmts):

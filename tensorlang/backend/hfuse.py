@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from . import kir as K
+from .blas import Gemm
 from .colsum import _candidates, _names
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 
@@ -58,13 +59,24 @@ def _rw(stmts) -> tuple:
         elif isinstance(s, Alloc):
             _names(s.shape, reads)
             writes.add(s.name)
+        elif isinstance(s, Gemm):  # out = lhs · rhs over whole arrays (blas.py)
+            reads.update(s.arrays_read())
+            writes.add(s.out)
+        elif not isinstance(s, Break):  # a statement this analysis does not know: depends on everything
+            reads.add(_OPAQUE)
+            writes.add(_OPAQUE)
     return reads, writes
+
+
+_OPAQUE = "<opaque statement>"  # not a name the printer can produce
 
 
 def _independent(a, b, skip=frozenset()) -> bool:
     ra, wa = _rw(a)
     rb, wb = _rw(b)
     wa, wb = wa - skip, wb - skip
+    if _OPAQUE in wa or _OPAQUE in wb:
+        return False
     return not (wa & (rb | wb) or wb & ra)
 
 

@@ -31,18 +31,12 @@ from ..functions import expand_derivative, lookup
 from ..ir import (
     Access,
     Add,
-    Aff,
-    And,
-    BoolLit,
     Call,
-    Cmp,
     Const,
-    Exists,
     Expr,
     Iverson,
     Let,
     Mul,
-    Or,
     Pair,
     PairT,
     Proj,
@@ -58,6 +52,7 @@ from ..ir import (
     disj,
     gens,
     input_vars,
+    make_gens,
     make_lets,
     relations_of,
     shape_of,
@@ -67,15 +62,18 @@ from ..ir import (
 from . import kir as K
 from .astgen import to_loops
 from .fusion import out_vars, resolve_aliases, split_program
-from .domains import MAX_SIZE, Scope, aff_expr, affine_test, ast_for, box_cons, conjuncts, covers, has_rel, in_range, prove_access
+from .domains import MAX_SIZE, Scope, aff_expr, ast_for, box_cons, conjuncts, covers, has_rel, prove_access
 from .hoist import hoist, occurrences, split_bracket
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store
+from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
 from .separate import separation
 from .contract import fuse_and_contract
 from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
+from .predicates import PredicateLowering
+from .elements import canonical, extents_key, reuse
+from .blas import dense_shape, extract_products, lower_gemm
 
 
 def const_value(v, node) -> float:
@@ -86,7 +84,7 @@ def const_value(v, node) -> float:
         raise TensorLangError(f"the constant {describe(node)} does not fit a float64") from None
 
 
-class Lowerer(RelationLowering):
+class Lowerer(RelationLowering, PredicateLowering):
     def __init__(self, program: Expr, mode: str):
         if mode not in ("sparse", "naive"):
             raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
@@ -131,8 +129,12 @@ class Lowerer(RelationLowering):
                 cons += [f"{self.scope0.aff(n)} >= 0" for n in ext]
         for r in relations_of(program):
             cons += [f"{self.scope0.aff(n)} >= 0" for n in r.extents]
+        self.stored: dict = {}  # (extents, canonical element) -> let Var of a stored gen binding (elements.py)
         self.arrays: dict = {}  # let Var -> (kernel name, extents)
         self.scalars: dict = {}  # let Var -> kernel name
+
+    def dense_shape(self, base):
+        return dense_shape(self, base)
 
     def local(self) -> str:
         return self.names.new("local")
@@ -151,6 +153,14 @@ class Lowerer(RelationLowering):
     # -- bindings ----------------------------------------------------------------------
     def binding(self, x: Var, rhs: Expr, role: str) -> list:
         gb, body = gens(rhs)
+        if self.mode == "sparse":  # matrix products inside the body computed apart, by BLAS (blas.py)
+            pre, body2 = extract_products(gb, body, self.dense_shape)
+            if pre:
+                return [s for c, e in pre for s in self.binding(c, e, "temporary")] + self.binding(
+                    x, make_gens(gb, body2), role)
+        if gb and self.mode == "sparse":  # an element an earlier binding stored is read back (elements.py)
+            body = reuse(gb, body, self.stored)
+        canon = canonical(gb, body) if gb and self.mode == "sparse" else None
         body = hoist(body)
         self.shared = occurrences(body)
         self.cse, self._keep = {}, []
@@ -159,7 +169,11 @@ class Lowerer(RelationLowering):
             name = self.local()
             self.scalars[x] = name
             return st + [Assign(name, code)]
-        return self.array_binding(x, gb, body, self.scope0, role)
+        stmts = self.array_binding(x, gb, body, self.scope0, role)
+        if canon is not None and x not in self.packed and isinstance(canon, (Call, Add, Mul)):
+            self.stored.setdefault((extents_key(gb), canon), x)
+        # a dense matrix product: a BLAS call, the loops kept for small sizes (blas.py)
+        return lower_gemm(self, x, gb, rhs, stmts) if self.mode == "sparse" else stmts
 
     def array_binding(self, x: Var, gb, body, scope: Scope, role: str) -> list:
         """``x = gen[gb] body`` into a kernel array (top level, or per iteration
@@ -311,7 +325,10 @@ class Lowerer(RelationLowering):
                 # the black-box derivative D[f] of rule 6.6: emit its expansion
                 # sum_k (d_k f)(x)·t_k from f's registered partials
                 k = len(args) // 2
-                return self.scalar(expand_derivative(f[2:-1], args[:k], args[k:]), sc)
+                ex = expand_derivative(f[2:-1], args[:k], args[k:])
+                for t, c in occurrences(ex).items():  # tanh' = 1 - tanh(x)·tanh(x): tanh once
+                    self.shared[t] = self.shared.get(t, 0) + c
+                return self.scalar(ex, sc)
             case Call(fn=f, args=args):
                 return self.call(f, args, sc)
             case Iverson(pred=p, body=b):
@@ -411,64 +428,6 @@ class Lowerer(RelationLowering):
         if not isinstance(e, Var) or e.uid != 0:
             return None
         return (e, tuple(reversed(path)))
-
-    # -- predicates ---------------------------------------------------------------------------
-    def pred_code(self, p, sc: Scope):
-        """Signature: pred_code : Pred -> ([stmt], kernel-IR boolean).
-
-        Affine parts are simplified by isl against what the scope already
-        knows (``gist``), so a bracket implied by the loop bounds costs nothing."""
-        if self.mode == "sparse" and isinstance(p, (Or, Exists)):
-            p = tidy(p)
-        if not has_rel(p):
-            got = affine_test(sc, p)
-            if got is not None:
-                return [], got
-        match p:
-            case BoolLit(value=v):
-                return [], K.Bool(v)
-            case Cmp(op=op, lhs=a, rhs=b):
-                return [], K.Cmp(op, aff_expr(a, sc), aff_expr(b, sc))
-            case And(lhs=a, rhs=b):
-                s1, c1 = self.pred_code(a, sc)
-                if c1 == K.Bool(False):
-                    return s1, c1
-                s2, c2 = self.pred_code(b, sc.child(cons=[sc.pred(a)]) if not has_rel(a) else sc)
-                return s1 + s2, K.and_of([c1, c2])
-            case Or(lhs=a, rhs=b):
-                s1, c1 = self.pred_code(a, sc)
-                if c1 == K.Bool(True):
-                    return s1, c1
-                s2, c2 = self.pred_code(b, sc)
-                return s1 + s2, K.or_of([c1, c2])
-            case Rel(rel=r, args=args) if any(
-                d.rel is r and all(a is b for a, b in zip(d.args, args)) for d, _, _, _ in self.drivers
-            ):
-                return [], K.Bool(True)  # the loop around runs over exactly these non-zeros
-            case Rel(rel=r, args=args):
-                # a test reads the relation's dense boolean table (built anyway
-                # when the inputs are validated); out of range reads as false
-                if r not in self.dense_rels:
-                    self.dense_rels.append(r)
-                rng = [
-                    in_range(aff_expr(a, sc), aff_expr(n, sc))
-                    for a, n in zip(args, r.extents)
-                    if affine_test(sc, conj(Cmp("<=", Aff((), 0), a), Cmp("<", a, n))) != K.Bool(True)
-                ]
-                look = K.Load(f"{self.rel_name(r, ())}_d", tuple(aff_expr(a, sc) for a in args))
-                return [], K.and_of(rng + [look])
-            case Exists(var=i, extent=n, body=b) if self.mode == "sparse" and self._exists_driver(i, b) is not None:
-                return self._exists_driven(i, n, b, sc)
-            case Exists(var=i, extent=n, body=b):
-                ex = self.local()
-                v = self.names.new("index")
-                inner = sc.child({i: v}, params=[v], cons=[f"0 <= {v} < {sc.aff(n)}"])
-                bs, bc = self.pred_code(b, inner)
-                found = If(bc, (Assign(ex, K.Bool(True)), Break()))
-                loop = Loop(v, K.Int(0), aff_expr(n, sc), 1, tuple(bs + [found]), "exists")
-                return [Assign(ex, K.Bool(False)), loop], K.Name(ex)
-            case _:
-                raise UnsupportedError(f"not a predicate: {p!r}")
 
 
 def _leaves(t, path=()):

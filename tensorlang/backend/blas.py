@@ -1,0 +1,266 @@
+"""Dense contractions as BLAS calls inside the kernel (paper Section 4.3; issue #13 item 6).
+
+Tensor SSA names every contraction: a binding
+
+    x = gen[i:m] sum[k:p] A[i, k]·v[k]                     (GEMV)
+    x = gen[i:m] gen[j:q] sum[k:p] A[i, k]·B[k, j]          (GEMM)
+
+or one of its transposes (the adjoint's ``gen[k] sum[i] A[i, k]·r[i]`` is
+``Aᵀ r``; ``gen[l, m] sum[o] D[l, o]·W[m, o]`` is ``D Wᵀ``).  Loops compute
+these at a fraction of the machine's speed (a transposed GEMV walks a column,
+one cache line per multiply-add); BLAS does them blocked and vectorised.
+
+:func:`match` recognises such a binding from its typed form alone (never from
+source text): a gen over one or two indices whose body is a single sum over
+one index of a product of two dense array reads, each index a bare loop
+variable, with no bracket anywhere (a guard such as ``[i < j]`` inside the
+sum is not a matrix product) and every loop's range the whole extent of the
+array dimension it indexes (full boxes: the array *is* the operand, no
+slicing).  It returns a :class:`Gemm` statement ``out = lhs · rhs``
+(codegen prints ``np.dot(lhs, rhs, out)``, Numba's BLAS gemm/gemv binding,
+and a transposed :class:`View` as ``a.T``, which Numba passes to BLAS as a
+transpose flag: no copy).
+
+The lowering keeps the loop nest too and chooses at run time, from the
+sizes: :func:`worth_blas` is true when every extent is at least 1 and the
+multiply-add count reaches ``BLAS_MIN_WORK`` (a call into BLAS costs about a
+microsecond of set-up; below that, the loops win).  Every kernel array is
+C-contiguous (inputs are made so before the call, allocations are fresh), so
+the views are what BLAS reads directly.  Results equal the loops' up to the
+order of additions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from ..errors import UnsupportedError
+from ..ir import REAL, Access, Add, Call, Iverson, Mul, SparseVar, Sum, TensorT, Var, access, accesses, free_indices, fresh_var, gens, make_gens, sums
+from . import kir as K
+from .domains import aff_expr
+from .loopir import Alloc, If
+
+# Numba's np.dot calls the BLAS that SciPy ships (scipy.linalg.cython_blas); SciPy is not
+# a core dependency, so without it every product keeps its loops
+HAVE_BLAS = importlib.util.find_spec("scipy") is not None
+# multiply-adds below which the loop nest runs instead of the BLAS call
+BLAS_MIN_WORK = 4096
+# extents are capped before multiplying (no int64 overflow: (2^20)^3 < 2^63)
+_CAP = 1 << 20
+
+
+@dataclass(frozen=True)
+class View(K.KExpr):
+    """A whole kernel array (1-D or 2-D) as a BLAS operand, transposed if ``trans``."""
+
+    array: str
+    trans: bool = False
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """Loop-IR statement ``out = lhs · rhs`` over whole arrays (``np.dot(lhs, rhs, out)``):
+    matrix·matrix, matrix·vector or vector·matrix.  ``out`` is written entirely."""
+
+    out: str
+    lhs: View
+    rhs: View
+
+    def arrays_read(self) -> tuple:
+        return (self.lhs.array, self.rhs.array)
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """What :func:`match` found: ``out = lhs · rhs`` with operand bases and
+    ``dims``, the extents (Aff) of the product's m, n and k (n None for GEMV)."""
+
+    lhs: tuple  # (base Expr, transposed)
+    rhs: tuple
+    dims: tuple
+
+
+def _same(a, b) -> bool:
+    """Equal affine extents (``==`` on ``Aff`` builds a predicate)."""
+    return (a.terms, a.const) == (b.terms, b.const)
+
+
+def _bare(a, binders):
+    """The binder a bare index ``a`` is, else None."""
+    if a.const == 0 and len(a.terms) == 1 and a.terms[0][1] == 1 and a.terms[0][0] in binders:
+        return a.terms[0][0]
+    return None
+
+
+def _operand(e, extents: dict):
+    """``(base, (binder, ...))`` for a dense read at bare distinct indices, each
+    ranging over its dimension's whole extent; else None."""
+    if not isinstance(e, Access):
+        return None
+    base, idx = accesses(e)
+    if not isinstance(base, Var) or isinstance(base, SparseVar) or len(idx) not in (1, 2):
+        return None
+    got = tuple(_bare(a, extents) for a in idx)
+    if None in got or len(set(got)) != len(got):
+        return None
+    return base, got
+
+
+def match(gb, body, shape_of) -> Contraction | None:
+    """The contraction ``gen[gb] body`` computes, or None.
+
+    ``gb``: the gen binders ``[(var, extent)]``; ``shape_of(base)`` gives the
+    extents (Aff) of an operand array, or None when it is not a plain dense
+    array (a sparse tensor, an array packed on a relation)."""
+    binds, inner = sums(body)
+    if len(gb) not in (1, 2) or len(binds) != 1 or not isinstance(inner, Mul):
+        return None
+    (k, p), = binds
+    out = [v for v, _ in gb]
+    extents = {v: n for v, n in gb}
+    extents[k] = p
+    if len(extents) != len(gb) + 1:
+        return None
+    ops = [_operand(inner.lhs, extents), _operand(inner.rhs, extents)]
+    if None in ops or any(isinstance(x, Iverson) for x in (inner.lhs, inner.rhs)):
+        return None
+    for base, idx in ops:
+        shape = shape_of(base)
+        if shape is None or len(shape) != len(idx) or not all(_same(s, extents[v]) for s, v in zip(shape, idx)):
+            return None
+        if k not in idx:
+            return None  # a factor constant in k: not a contraction over k
+    used = [v for _, idx in ops for v in idx if v != k]
+    if sorted(used, key=out.index) != out or len(used) != len(out):
+        return None  # each output index in exactly one operand
+    if len(out) == 1:
+        (mb, mi), (vb, vi) = sorted(ops, key=lambda o: len(o[1]), reverse=True)
+        if len(mi) != 2 or len(vi) != 1:
+            return None
+        if mi == (out[0], k):  # A[i,k]·v[k]: A v
+            return Contraction((mb, False), (vb, False), (extents[out[0]], None, p))
+        return Contraction((vb, False), (mb, False), (extents[out[0]], None, p))  # A[k,i]·v[k]: v A
+    i, j = out
+    left = next(o for o in ops if i in o[1])
+    right = next(o for o in ops if j in o[1])
+    if left is right or len(left[1]) != 2 or len(right[1]) != 2:
+        return None
+    return Contraction((left[0], left[1] != (i, k)), (right[0], right[1] != (k, j)),
+                       (extents[i], extents[j], p))
+
+
+def worth_blas(dims) -> K.KExpr:
+    """The run-time test choosing the BLAS call over the loops (kernel IR):
+    every extent at least 1 and ``m·n·k >= BLAS_MIN_WORK``."""
+    work, tests = K.Int(1), []
+    for d in dims:
+        if d is None:
+            continue
+        if K.Cmp(">=", d, K.Int(1)) not in tests:
+            tests.append(K.Cmp(">=", d, K.Int(1)))
+        work = K.IBin("*", work, K.MinMax("min", (d, K.Int(_CAP))))
+    return K.and_of(tests + [K.Cmp(">=", work, K.Int(BLAS_MIN_WORK))])
+
+
+def dense_shape(lw, base):
+    """The extents of ``base`` when it is a whole dense kernel array (an
+    input or a let array of the Lowerer ``lw``), else None."""
+    if isinstance(base, SparseVar) or base in lw.packed:
+        return None
+    if isinstance(base, Var) and base not in lw.arrays and lw._leaf(base) is None:
+        return None
+    try:
+        _, ext = lw.array_of(base)
+    except UnsupportedError:
+        return None
+    return None if any(n is None for n in ext) else tuple(ext)
+
+
+def lower_gemm(lw, x, gb, rhs, stmts: list) -> list:
+    """The statements of the top-level binding ``x = rhs`` (``stmts``: its
+    allocation, then its loop nest, as the lowering made them) with the loop
+    nest behind the run-time choice ``If(worth_blas, [Gemm], loops)`` when
+    ``rhs`` is a dense matrix product; else ``stmts`` unchanged."""
+    got = match(gb, gens(rhs)[1], lw.dense_shape) if HAVE_BLAS else None
+    name, _ = lw.arrays[x]
+    if got is None or not stmts or not isinstance(stmts[0], Alloc) or stmts[0].name != name or stmts[0].zero:
+        return stmts
+    lhs = View(lw.array_of(got.lhs[0])[0], got.lhs[1])
+    rhs_v = View(lw.array_of(got.rhs[0])[0], got.rhs[1])
+    dims = tuple(None if d is None else aff_expr(d, lw.scope0) for d in got.dims)
+    return [stmts[0], If(worth_blas(dims), (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))]
+
+
+
+def extract_products(binders, body, shape_of):
+    """``([(c, gen[...] S)], body')``: each matrix product ``S`` (a sum that
+    :func:`match` accepts over the ``binders`` it uses) found inside the
+    scalar ``body`` of a top-level binding, through ``+``, ``·``, function
+    calls and sums (whose binders count as loops), bound to a fresh array ``c`` and
+    read as ``c[i, ...]`` in ``body'``.  Tensor-SSA fusion (fusion.py) puts
+    ``y = A x`` inside its single consumer (``dY = y + y``): computing it
+    apart again is what lets BLAS run it.  Sums under a bracket are left
+    alone (the bracket may skip most of their points)."""
+    if not HAVE_BLAS or (binders and match(binders, body, shape_of) is not None):
+        return [], body  # the binding is the product itself (lower_gemm)
+    found: dict = {}
+    order = list(binders)
+
+    def visit(e):
+        if e in found:
+            return
+        match e:
+            case Sum():
+                got = _candidate(e)
+                if got is not None:
+                    found[e] = got
+                    return
+                binds, inner = sums(e)  # its points are the loops' points: look inside
+                order.extend(binds)
+                visit(inner)
+            case Add(lhs=a, rhs=b) | Mul(lhs=a, rhs=b):
+                visit(a)
+                visit(b)
+            case Call(args=args):
+                for a in args:
+                    visit(a)
+
+    def _candidate(e):
+        used = free_indices(e)
+        outs = [(v, n) for v, n in order if v in used]
+        if len(outs) != len(used) or not outs or match(outs, e, shape_of) is None:
+            return None
+        return outs
+
+    visit(body)
+    if not found:
+        return [], body
+    pre, repl = [], {}
+    for e, outs in found.items():
+        t = REAL
+        for _, n in reversed(outs):
+            t = TensorT(n, t)
+        c = fresh_var("mm", t)
+        pre.append((c, make_gens(outs, e)))
+        repl[e] = access(c, [v for v, _ in outs])
+    return pre, _replace(body, repl)
+
+
+def _replace(e, repl: dict):
+    got = repl.get(e)
+    if got is not None:
+        return got
+    match e:
+        case Sum(var=v, extent=n, body=b):
+            return Sum(v, n, _replace(b, repl))
+        case Add(lhs=a, rhs=b):
+            return Add(_replace(a, repl), _replace(b, repl))
+        case Mul(lhs=a, rhs=b):
+            return Mul(_replace(a, repl), _replace(b, repl))
+        case Call(fn=f, args=args):
+            return Call(f, tuple(_replace(a, repl) for a in args))
+    return e
+
+
+__all__ = ["View", "Gemm", "Contraction", "match", "worth_blas", "lower_gemm", "extract_products", "BLAS_MIN_WORK"]
