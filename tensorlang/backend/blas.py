@@ -41,8 +41,8 @@ from . import kir as K
 from .domains import aff_expr
 from .loopir import Alloc, If
 
-# Numba's np.dot calls the BLAS that SciPy ships (scipy.linalg.cython_blas); SciPy is not
-# a core dependency, so without it every product keeps its loops
+# Numba's np.dot calls the BLAS that SciPy ships (scipy.linalg.cython_blas); SciPy is a core
+# dependency for it, and an environment without SciPy keeps every product's loops
 HAVE_BLAS = importlib.util.find_spec("scipy") is not None
 # multiply-adds below which the loop nest runs instead of the BLAS call
 BLAS_MIN_WORK = 4096
