@@ -108,17 +108,34 @@ def _all_finite(a: np.ndarray) -> bool:
     if a.dtype not in (np.float64, np.float32) or not a.flags.c_contiguous:
         return bool(np.all(np.isfinite(a)))
     if _finite_fn is None:
-        import numba
+        _finite_fn = _compile_all_finite()
+    return _finite_fn(a.reshape(-1).view(_BITS[a.dtype]), _EXPONENT[a.dtype])
 
-        @numba.njit(cache=True, nogil=True)
-        def all_finite(x):
-            for v in x.ravel():
-                if not math.isfinite(v):
-                    return False
-            return True
 
-        _finite_fn = all_finite
-    return _finite_fn(a)
+# a float is NaN or infinite exactly when its exponent bits are all ones
+_BITS = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32}
+_EXPONENT = {np.dtype(np.float64): np.int64(0x7FF0000000000000), np.dtype(np.float32): np.int32(0x7F800000)}
+
+
+def _compile_all_finite():
+    """``all_finite(bits, exponent)`` over a float array's bits: each block of
+    4096 values is tested with integer operations, which vectorize (a
+    per-value ``isfinite`` with an early exit does not: 11.4 -> 7.2 ms on
+    4000 x 4000 float64), and the scan stops after the first bad block."""
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def all_finite(b, mask):
+        n = b.shape[0]
+        for lo in range(0, n, 4096):
+            bad = 0
+            for k in range(lo, min(lo + 4096, n)):
+                bad += (b[k] & mask) == mask
+            if bad:
+                return False
+        return True
+
+    return all_finite
 
 
 def check_finite(inputs: dict, checks) -> None:
@@ -129,7 +146,7 @@ def check_finite(inputs: dict, checks) -> None:
             v = v[k]
         if type(v) is np.ndarray:
             if _finite_fn is not None and v.dtype in _FAST and v.flags.c_contiguous:
-                ok = _finite_fn(v)  # the common case, without _all_finite's call
+                ok = _finite_fn(v.reshape(-1).view(_BITS[v.dtype]), _EXPONENT[v.dtype])  # the common case
             else:
                 ok = _all_finite(v)
         else:

@@ -96,3 +96,25 @@ def test_temporaries_per_thread_and_shape():
     for t in threads:
         t.join(timeout=300)
     assert not errors, errors
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_finite_scan_finds_every_non_finite_value(dtype):
+    """The NaN/inf scan tests exponent bits in blocks of 4096: a bad value at
+    either end of a block, or of a partial last block, is found; extreme
+    finite values (max, subnormals, -0.0) are not refused (against np.isfinite)."""
+    from tensorlang.backend.dispatch import _all_finite
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 4095, 4096, 4097, 10000):
+        a = rng.normal(size=n).astype(dtype)
+        assert _all_finite(a)
+        for bad in (np.nan, np.inf, -np.inf):
+            for pos in {0, n // 2, 4095 % max(n, 1), n - 1} if n else set():
+                b = a.copy()
+                b[pos] = bad
+                assert not _all_finite(b), (n, bad, pos)
+    fi = np.finfo(dtype)
+    edge = np.array([fi.max, -fi.max, fi.tiny, fi.smallest_subnormal, 0.0, -0.0], dtype=dtype)
+    assert _all_finite(edge) == bool(np.all(np.isfinite(edge)))
+    assert _all_finite(rng.normal(size=(30, 40)).astype(dtype))
