@@ -159,6 +159,7 @@ class Entry:
     kind: type | tuple
     fn: Callable
     where: Callable | None = None
+    repeat: bool = False  # apply until it no longer matches (6.27 walks a projection chain)
 
     @property
     def number(self) -> str | None:
@@ -219,13 +220,29 @@ class RuleTable:
                 return out
         return None
 
+    def entry(self, key, *extra) -> Entry:
+        """The first entry whose pattern matches ``key`` (a node, or a view
+        such as a tensor-SSA statement kind); a kind with no entry, or none
+        whose predicate holds, is an UnsupportedError naming it."""
+        es = self.for_kind(type(key))
+        if not es:
+            raise UnsupportedError(f"{self.name}: no rule for the kind {type(key).__name__}: {_brief(key)}")
+        for e in es:
+            if e.where is None or e.where(key, *extra):
+                return e
+        raise UnsupportedError(f"{self.name}: no rule of {type(key).__name__} matches {_brief(key)}")
+
+    def missing(self, kinds) -> list:
+        """The kinds among ``kinds`` that have no entry (an exhaustive table has none)."""
+        return [k for k in kinds if not self.for_kind(k)]
+
     def dispatch(self, node, *extra):
         """Like :meth:`rewrite`, for a table that must cover every kind it is
         given (the derivative tables): a kind without a matching entry is a
         TensorLangError naming it, never a silent pass-through."""
         es = self.for_kind(type(node))
         if not es:
-            raise TensorLangError(f"{self.name}: no rule for the kind {type(node).__name__}: {_brief(node)}")
+            raise UnsupportedError(f"{self.name}: no rule for the kind {type(node).__name__}: {_brief(node)}")
         out = self.rewrite(node, *extra)
         if out is None:
             raise TensorLangError(f"{self.name}: no rule of {type(node).__name__} matches {_brief(node)}")

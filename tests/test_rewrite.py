@@ -164,3 +164,49 @@ def test_the_check_finds_a_hand_written_traversal(tmp_path):
     )
     assert _constructor_calls_mapping_children(str(p)) == [2]
 
+
+
+# --------------------------------------------------------------------------
+# The derivative tables
+
+
+def test_total_derivative_table_covers_every_value_constructor():
+    from tensorlang.passes.rewrite import VALUE_KINDS
+    from tensorlang.passes.total_derivative import TABLE
+
+    assert TABLE.missing(VALUE_KINDS) == []
+    assert set(TABLE.numbers()) == {f"6.{k}" for k in range(1, 13)} | {"6.16"}
+
+
+def test_total_derivative_refuses_a_kind_without_a_rule_by_name():
+    from tensorlang.passes.total_derivative import total_derivative
+
+    x = Var("x", 0, REAL)
+    i = fresh_index("t")
+    s = fresh_var("s", REAL)
+    loop = Loop(as_aff(3), x, i, s, Mul(s, x), "all")
+    with pytest.raises(UnsupportedError, match="total derivative: no rule for the kind Loop"):
+        total_derivative(loop, {x: Var("dx", 0, REAL)})
+
+
+def test_transpose_table_is_exhaustive_over_the_statement_kinds():
+    from tensorlang.passes.adjoint import TRANSPOSE
+    from tensorlang.passes.ssa_form import STATEMENT_KINDS, SSAView
+    import typing
+
+    # the kinds list is the grammar's union, in full
+    assert set(STATEMENT_KINDS) == set(typing.get_args(SSAView))
+    assert TRANSPOSE.missing(STATEMENT_KINDS) == []
+    assert set(TRANSPOSE.numbers()) == {"6.27", "6.35", "6.44", "6.47", "6.48", "6.49"}
+
+
+def test_a_statement_kind_without_a_transpose_rule_is_an_error_naming_it():
+    from tensorlang.passes.adjoint import TRANSPOSE
+    from tensorlang.passes.ssa_form import MapRHS, STATEMENT_KINDS
+
+    partial = RuleTable("partial transpose", {15: tuple(e for e in TRANSPOSE.entries if e.kind is not MapRHS)},
+                        registered=False)
+    assert partial.missing(STATEMENT_KINDS) == [MapRHS]
+    view = MapRHS((), None, "sin", ())
+    with pytest.raises(TensorLangError, match="partial transpose: no rule for the kind MapRHS"):
+        partial.entry(view)
