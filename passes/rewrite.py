@@ -160,6 +160,7 @@ class Entry:
     fn: Callable
     where: Callable | None = None
     repeat: bool = False  # apply until it no longer matches (6.27 walks a projection chain)
+    again: bool = False  # the pass normalizes the result again (it exposes new redexes)
 
     @property
     def number(self) -> str | None:
@@ -218,6 +219,16 @@ class RuleTable:
             out = e.fn(node, *extra)
             if out is not None:
                 return out
+        return None
+
+    def rewrite_entry(self, node, *extra):
+        """``(entry, result)`` of the first entry that rewrites ``node``, or None."""
+        for e in self.for_kind(type(node)):
+            if e.where is not None and not e.where(node, *extra):
+                continue
+            out = e.fn(node, *extra)
+            if out is not None:
+                return e, out
         return None
 
     def entry(self, key, *extra) -> Entry:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import os
 
+import numpy as np
 import pytest
 
 import tensorlang as tl  # noqa: F401
@@ -22,6 +23,7 @@ from tensorlang.ir import (
     Add,
     Call,
     Const,
+    Gen,
     Let,
     Loop,
     Mul,
@@ -150,7 +152,7 @@ def _constructor_calls_mapping_children(path: str) -> list:
     return bad
 
 
-@pytest.mark.parametrize("module", ["let_lift.py", "pair_elim.py", "gen_pushout.py"])
+@pytest.mark.parametrize("module", ["let_lift.py", "pair_elim.py", "gen_pushout.py", "simplify.py", "total_derivative.py"])
 def test_no_hand_written_children_traversal(module):
     assert _constructor_calls_mapping_children(os.path.join(PASSES, module)) == []
 
@@ -210,3 +212,40 @@ def test_a_statement_kind_without_a_transpose_rule_is_an_error_naming_it():
     view = MapRHS((), None, "sin", ())
     with pytest.raises(TensorLangError, match="partial transpose: no rule for the kind MapRHS"):
         partial.entry(view)
+
+
+# --------------------------------------------------------------------------
+# Simplification's named rules
+
+SIMPLIFY_RULES = (
+    "simplify.add_zero", "simplify.mul_zero", "simplify.mul_one", "simplify.gen_zero", "simplify.access_zero",
+    "simplify.bracket_zero", "simplify.bracket_out_of_product", "simplify.decide_bracket",
+    "simplify.merge_brackets", "simplify.bracket_true", "simplify.gen_eta", "simplify.inline_gather",
+    "simplify.access_bracket", "simplify.project_pair",
+)
+
+
+def test_simplify_applies_its_rules_through_the_registry():
+    import proofs.runner  # noqa: F401,F811  (registers the obligations)
+    from proofs.framework import covered_numbers
+    from tensorlang.passes.rules import trace
+    from tensorlang.passes.simplify import simplify
+    from tensorlang.passes.simplify_rules import TABLE
+
+    assert {n for n in RULES if n.startswith("simplify.")} == set(SIMPLIFY_RULES)
+    # the bracket's own predicate is decided before its body (what the body may assume)
+    assert set(TABLE.numbers()) == set(SIMPLIFY_RULES) - {"simplify.decide_bracket"}
+    assert set(SIMPLIFY_RULES) <= covered_numbers()  # each has its obligation in proofs/simplify.py
+    n = tl.sizes("n")[0]
+    x = tl.tensor("x", n)
+    s = tl.scalar("s")
+    i, k = fresh_index("i"), fresh_index("k")
+    ext = x.type.extent
+    prog = Add(Mul(Const(1), s), Sum(k, ext, Mul(Access(Gen(i, ext, Mul(s, Access(x, sym_aff(i)))), sym_aff(k)),
+                                                 Const(0))))
+    with trace() as t:
+        out = simplify(prog)
+    fired = {num for num, _, _ in t}
+    assert {"simplify.mul_zero", "simplify.mul_one", "simplify.add_zero"} <= fired
+    assert out is s  # 1·s + Σ(… · 0)  ==>  s
+    assert tl.evaluate(out, s=1.5) == tl.evaluate(prog, s=1.5, x=np.array([1.0, 2.0])) == 1.5
