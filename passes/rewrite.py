@@ -31,7 +31,7 @@ nothing is stored on the nodes.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 from tensorlang.errors import TensorLangError, UnsupportedError, describe
@@ -50,10 +50,9 @@ from tensorlang.ir import (
     Proj,
     Sum,
     Var,
-    children,
-    rebuild,
 )
 
+from . import rules as _rules
 from .rules import RULES
 
 # The value constructors of Figure 3 (Loop is issue 17's, handled by its own stages).
@@ -63,7 +62,7 @@ VALUE_KINDS = (Var, Const, Add, Mul, Call, Pair, Proj, Gen, Sum, Access, Iverson
 # (Index binders are IndexVar fields, not Exprs, so they are never mapped.)
 _BINDER_FIELDS = {Let: ("var",), Loop: ("svar",)}
 
-_OPERANDS: dict = {}  # class -> tuple of (position, is_tuple) of its value operands
+_OPERANDS: dict = {}  # class -> positions of its value operands (Expr or tuple-of-Expr fields)
 
 
 def _operand_positions(cls) -> tuple:
@@ -72,7 +71,11 @@ def _operand_positions(cls) -> tuple:
         bound = set()
         for k in cls.__mro__:
             bound.update(_BINDER_FIELDS.get(k, ()))
-        got = tuple(k for k, f in enumerate(cls._field_names) if f not in bound)
+        # the declared sort of each field: only value operands are mapped
+        # (``Var.type`` is a Type, ``Const.value`` a number, ``Gen.extent`` an Aff)
+        sorts = {f.name: f.type for f in fields(cls)}
+        got = tuple(k for k, f in enumerate(cls._field_names)
+                    if f not in bound and sorts.get(f) in ("Expr", "tuple", Expr, tuple))
         _OPERANDS[cls] = got
     return got
 
@@ -80,16 +83,28 @@ def _operand_positions(cls) -> tuple:
 def map_operands(e: Expr, fn: Callable) -> Expr:
     """``e`` with ``fn`` applied to each value operand (tuples of operands
     elementwise); indices, predicates, types, names and binders unchanged.
-    ``rebuild`` keeps ``e`` itself when every operand maps to itself."""
-    cs = children(e)
-    new = list(cs)
-    for k in _operand_positions(type(e)):
+    ``e`` itself when every operand maps to itself (``rebuild``'s identity)."""
+    pos = _OPERANDS.get(type(e))
+    if pos is None:
+        pos = _operand_positions(type(e))
+    if not pos:
+        return e
+    cs = e._children(e)
+    new = None
+    for k in pos:
         c = cs[k]
-        if isinstance(c, Expr):
-            new[k] = fn(c)
-        elif type(c) is tuple:
-            new[k] = tuple(fn(x) if isinstance(x, Expr) else x for x in c)
-    return rebuild(e, new)
+        if type(c) is tuple:
+            d = tuple(fn(x) if isinstance(x, Expr) else x for x in c)
+            if all(a is b for a, b in zip(c, d)):
+                continue
+        else:
+            d = fn(c)
+            if d is c:
+                continue
+        if new is None:
+            new = list(cs)
+        new[k] = d
+    return e if new is None else type(e)(*new)
 
 
 def kind_lookup(table: dict, cls):
@@ -194,15 +209,22 @@ class RuleTable:
                 for k in e.kind if isinstance(e.kind, tuple) else (e.kind,):
                     by_kind.setdefault(k, []).append(e)
         self.by_kind = {k: tuple(v) for k, v in by_kind.items()}
-        self._resolved: dict = {}
+        self._resolved: dict = {}  # class -> ((entry, raw fn), ...)
+        self._kinds: dict = {}  # class -> entries
 
     def for_kind(self, cls) -> tuple:
-        got = self._resolved.get(cls)
+        """The entries that apply to nodes of class ``cls`` (its MRO's, base classes' first)."""
+        got = self._kinds.get(cls)
         if got is None:
             got = ()
-            for k in reversed(cls.__mro__):  # subclass entries after (and in addition to) base ones
+            for k in reversed(cls.__mro__):
                 got = got + self.by_kind.get(k, ())
-            self._resolved[cls] = got
+            self._kinds[cls] = got
+        return got
+
+    def _candidates(self, cls) -> tuple:
+        got = tuple((e, getattr(e.fn, "__wrapped__", e.fn)) for e in self.for_kind(cls))
+        self._resolved[cls] = got
         return got
 
     def kinds(self) -> set:
@@ -213,21 +235,25 @@ class RuleTable:
 
     def rewrite(self, node, *extra):
         """The first entry's result on ``node`` (None: no rule matches)."""
-        for e in self.for_kind(type(node)):
-            if e.where is not None and not e.where(node, *extra):
-                continue
-            out = e.fn(node, *extra)
-            if out is not None:
-                return out
-        return None
+        hit = self.rewrite_entry(node, *extra)
+        return None if hit is None else hit[1]
 
     def rewrite_entry(self, node, *extra):
-        """``(entry, result)`` of the first entry that rewrites ``node``, or None."""
-        for e in self.for_kind(type(node)):
+        """``(entry, result)`` of the first entry that rewrites ``node``, or None.
+
+        Calls each rule's own function (``__wrapped__``) and records a hit in
+        an active ``rules.trace()`` as the registered wrapper would: one
+        Python call less per attempt on the passes' hot path."""
+        cands = self._resolved.get(type(node))
+        if cands is None:
+            cands = self._candidates(type(node))
+        for e, raw in cands:
             if e.where is not None and not e.where(node, *extra):
                 continue
-            out = e.fn(node, *extra)
+            out = raw(node, *extra)
             if out is not None:
+                if _rules._TRACE is not None:
+                    _rules._TRACE.append((e.number, node, out))
                 return e, out
         return None
 

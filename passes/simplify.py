@@ -206,6 +206,8 @@ class _Simplifier:
         body under its binder) and then the named rules of
         :data:`.simplify_rules.TABLE` applied at the root."""
         match e:
+            case Var() | Const():
+                return e
             case Sum():
                 return self._sum(e, ctx)
             case Let():
@@ -215,7 +217,8 @@ class _Simplifier:
         if not isinstance(e, VALUE_KINDS):
             raise UnsupportedError(f"simplify: not a value expression: {e!r}")
         inner = ctx.bind(e.var, e.extent) if isinstance(e, Gen) else ctx
-        return self._post(map_operands(e, lambda c: self.expr(c, inner)), ctx)
+        expr = self.expr
+        return self._post(map_operands(e, lambda c: expr(c, inner)), ctx)
 
     def _post(self, node: Expr, ctx: _Ctx) -> Expr:
         hit = RULE_TABLE.rewrite_entry(node, ctx)

@@ -185,8 +185,26 @@ def _domain(ctx: Ctx, preds) -> list:
     return [(i, n) for i, n in binds if i in need]
 
 
+_DECIDED: dict = {}  # (binds, facts, p) -> decided p: a derivative asks the same question per term
+_DECIDED_MAX = 1 << 16
+
+
 def decide(ctx: Ctx, p: Pred) -> Pred:
-    """``p`` with conjuncts implied by the context dropped; FALSE when empty."""
+    """``p`` with conjuncts implied by the context dropped; FALSE when empty.
+
+    A pure function of the binders, the facts and ``p`` (interned, so the
+    key is by identity); answers are kept in a bounded table (cleared when
+    full), since each isl question costs a parse and a solve."""
+    key = (ctx.binds, ctx.facts, p)
+    got = _DECIDED.get(key)
+    if got is None:
+        if len(_DECIDED) >= _DECIDED_MAX:
+            _DECIDED.clear()
+        got = _DECIDED[key] = _decide(ctx, p)
+    return got
+
+
+def _decide(ctx: Ctx, p: Pred) -> Pred:
     from tensorlang import isl_bridge
 
     p = simplify_pred(p)
