@@ -213,11 +213,12 @@ class _Block:
                     keys.append(tuple(self.pos[x] for x, _ in o))
             case _:
                 return _sorted_conjuncts(canonicalize(to_expr(view)))
-        exprs = [_sorted_conjuncts(canonicalize(to_expr(v))) for v in cands]
         best = min(keys)
-        tied = [e for k, e in zip(keys, exprs) if k == best]
-        # the printed form breaks ties only (printing every candidate cost a
-        # tenth of building a long chain's derivative)
+        # only the candidates of the least key are canonicalized (each costs a
+        # walk of the right-hand side); the printed form breaks ties only
+        # (printing every candidate cost a tenth of building a long chain's
+        # derivative)
+        tied = [_sorted_conjuncts(canonicalize(to_expr(v))) for k, v in zip(keys, cands) if k == best]
         return tied[0] if len(tied) == 1 else min(tied, key=repr)
 
     # -- variables -----------------------------------------------------------
