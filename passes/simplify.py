@@ -49,7 +49,6 @@ from tensorlang.ir import (
     Sum,
     Var,
     children,
-    conj,
     free_indices,
     free_vars,
     fresh_var,
@@ -65,8 +64,8 @@ from tensorlang.sharing import explicit_sharing, has_work, shared_terms
 
 from .profile import stage as _timed
 from .rewrite import VALUE_KINDS, map_operands
-from .simplify_preds import Ctx as _Ctx, decide, eliminate, simplify_pred
-from .simplify_rules import TABLE as RULE_TABLE, decide_bracket, is_zero
+from .simplify_preds import Ctx as _Ctx, decide, simplify_pred  # noqa: F401  (simplify_pred: API)
+from .simplify_rules import TABLE as RULE_TABLE, decide_bracket, is_zero, sum_block
 from tensorlang.typecheck import type_of
 
 # --------------------------------------------------------------------------
@@ -93,24 +92,6 @@ def _uses(e: Expr, v: Var, memo=None) -> int:
                 r += sum(_uses(x, v, memo) for x in c if isinstance(x, Expr))
     memo[e] = r
     return r
-
-
-def _lift_sum_block(e: Sum):
-    """``sum[~b] [p]·body`` with nested sums and brackets gathered into one block."""
-    binds, preds = [], []
-    cur: Expr = e
-    while True:
-        if isinstance(cur, Sum):
-            if any(cur.var in free_indices(q) for q in preds):
-                break
-            binds.append((cur.var, cur.extent))
-            cur = cur.body
-        elif isinstance(cur, Iverson):
-            preds.append(cur.pred)
-            cur = cur.body
-        else:
-            break
-    return binds, conj(*preds), cur
 
 
 def _replace(e: Expr, old: Expr, new: Var) -> Expr:
@@ -239,9 +220,7 @@ class _Simplifier:
         return self._post(rebuild(e, (e.pred, b)), ctx)
 
     def _sum(self, e: Sum, ctx: _Ctx) -> Expr:
-        binds, pred, body = _lift_sum_block(e)
-        pred = simplify_pred(pred)
-        binds, pred, body = eliminate(binds, pred, body)
+        binds, pred, body = sum_block(e)  # simplify.sum_single_point's rewrite
         if pred is FALSE:
             return Const(0)
         inner = ctx

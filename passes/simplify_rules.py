@@ -34,6 +34,7 @@ from tensorlang.ir import (
     free_indices,
     lets,
     make_lets,
+    make_sums,
     subst,
     sym_aff,
 )
@@ -42,7 +43,7 @@ from tensorlang.typecheck import type_of, zero_of
 
 from .rewrite import Entry, RuleTable
 from .rules import rule
-from .simplify_preds import Ctx, decide
+from .simplify_preds import Ctx, decide, eliminate, simplify_pred
 
 SECTION = "simplify"  # the registry's figure for these rules (they belong to no figure)
 
@@ -270,6 +271,51 @@ def project_pair(e: Expr, ctx: Ctx | None = None):
     if isinstance(e, Proj) and isinstance(e.arg, Pair):
         return project(e.arg, e.index)
     return None
+
+
+def _gather_sum_block(e: Sum):
+    """``sum[~b] [p]·body`` with nested sums and brackets gathered into one block."""
+    binds, preds = [], []
+    cur: Expr = e
+    while True:
+        if isinstance(cur, Sum):
+            if any(cur.var in free_indices(q) for q in preds):
+                break
+            binds.append((cur.var, cur.extent))
+            cur = cur.body
+        elif isinstance(cur, Iverson):
+            preds.append(cur.pred)
+            cur = cur.body
+        else:
+            break
+    return binds, conj(*preds), cur
+
+
+def sum_block(e: Sum):
+    """``(binds, pred, body)`` of ``sum[~b] [p]·body`` after single-point
+    elimination: the block of nested sums and brackets gathered, the
+    predicate simplified, and every summed index fixed by an equality with
+    coefficient ±1 substituted away, its range kept (RULES.md Note in §2.1).
+    The simplifier's sum handling starts from this (then decides the
+    predicate under the enclosing context and simplifies the body)."""
+    binds, pred, body = _gather_sum_block(e)
+    return eliminate(binds, simplify_pred(pred), body)
+
+
+@rule("simplify.sum_single_point", figure=SECTION)
+def sum_single_point(e: Expr, ctx: Ctx | None = None):
+    """sum[i:n] [k = i - j ∧ q]·e ==> [0 <= k + j < n ∧ q']·e[i := k + j]
+    (every summed index fixed by an equality, see sum_block; None when no
+    index is eliminated)"""
+    if not isinstance(e, Sum):
+        return None
+    before = len(_gather_sum_block(e)[0])
+    binds, pred, body = sum_block(e)
+    if len(binds) == before and pred is not FALSE:
+        return None
+    if pred is FALSE:
+        return zero_like(e)
+    return make_sums(binds, body if pred is TRUE else Iverson(pred, body))
 
 
 # --------------------------------------------------------------------------

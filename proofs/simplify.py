@@ -152,6 +152,19 @@ def _m_project_pair(T):
     return sc, Proj(k, Pair(T.scalar(sc, 1), T.scalar(sc, 1)))
 
 
+def _m_sum_single_point(T):
+    """``sum[k:m] [k = a ∧ q]·e``: the summed index fixed by an affine
+    function of a context index (the shape an adjoint leaves, §2.1)."""
+    sc = T.context(1 + T.rng.randrange(2))
+    i, n = T.rng.choice(sc.idx)
+    m, k = T.extent(), fresh_index("k")
+    inner = sc.with_idx(k, m)
+    a = T.rng.choice([sym_aff(i), sym_aff(i) + 1, sym_aff(i) - 1, as_aff(0)])
+    eq = Cmp("==", sym_aff(k), a) if T.coin() else Cmp("==", a, sym_aff(k))
+    p = And(eq, T.pred(inner)) if T.coin(0.4) else eq
+    return sc, Sum(k, m, Iverson(p, T.scalar(inner, 1)))
+
+
 RULES = {
     # name: (title, maker)
     "simplify.add_zero": ("0 + e ==> e", _m_add_zero),
@@ -167,6 +180,7 @@ RULES = {
     "simplify.gen_eta": ("gen[i:n] a[i] ==> a", _m_gen_eta),
     "simplify.inline_gather": ("(gen[i:n] e)[a] ==> e[i := a] (where it does not raise the cost)", _m_inline_gather),
     "simplify.access_bracket": ("([p]·e)[a] ==> [p]·e[a]", _m_access_bracket),
+    "simplify.sum_single_point": ("sum[i:n] [i = a ∧ q]·e ==> [0 <= a < n ∧ q']·e[i := a]", _m_sum_single_point),
     "simplify.project_pair": ("π_k (e0, e1) ==> e_k (keeping shared terms bound)", _m_project_pair),
 }
 
