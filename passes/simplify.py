@@ -65,33 +65,21 @@ from tensorlang.sharing import explicit_sharing, has_work, shared_terms
 from .profile import stage as _timed
 from .rewrite import VALUE_KINDS, map_operands
 from .simplify_preds import Ctx as _Ctx, decide, simplify_pred  # noqa: F401  (simplify_pred: API)
-from .simplify_rules import TABLE as RULE_TABLE, decide_bracket, is_zero, sum_block
+from .simplify_rules import (
+    TABLE as RULE_TABLE,
+    _uses,
+    dead_let,
+    decide_bracket,
+    inline_single_use,
+    is_zero,
+    let_result,
+    propagate_copy,
+    sum_block,
+)
 from tensorlang.typecheck import type_of
 
 # --------------------------------------------------------------------------
 # Expressions
-
-
-def _uses(e: Expr, v: Var, memo=None) -> int:
-    """Number of occurrences of ``v`` in the tree of ``e`` (shared DAG nodes count per use)."""
-    if memo is None:
-        memo = {}
-    if v not in free_vars(e):
-        return 0
-    got = memo.get(e)
-    if got is not None:
-        return got
-    if e is v:
-        r = 1
-    else:
-        r = 0
-        for c in children(e):
-            if isinstance(c, Expr):
-                r += _uses(c, v, memo)
-            elif isinstance(c, tuple):
-                r += sum(_uses(x, v, memo) for x in c if isinstance(x, Expr))
-    memo[e] = r
-    return r
 
 
 def _replace(e: Expr, old: Expr, new: Var) -> Expr:
@@ -340,16 +328,17 @@ class _Simplifier:
                 e1 = Let(w, part, _replace(e1, part, w))
             return self.expr(e1, ctx)
         e0 = self.expr(e0, ctx)
-        if isinstance(e0, Var) or is_zero(e0) or isinstance(e0, Const):
-            return self.expr(subst(e1, vals={v: e0}), ctx)
-        if not has_work(e0) and _uses(e1, v) == 1:
-            return self.expr(subst(e1, vals={v: e0}), ctx)
-        e1 = self.expr(e1, ctx)
-        if v not in free_vars(e1):
-            return e1
-        if e1 is v:
-            return e0
-        return Let(v, e0, e1)
+        node = Let(v, e0, e1)
+        for r in (propagate_copy, inline_single_use):
+            out = r(node)
+            if out is not None:
+                return self.expr(out, ctx)
+        node = Let(v, e0, self.expr(e1, ctx))
+        for r in (dead_let, let_result):
+            out = r(node)
+            if out is not None:
+                return out
+        return node
 
 
 def simplify(e: Expr, *, max_rounds: int = 8) -> Expr:

@@ -26,12 +26,16 @@ from tensorlang.ir import (
     Expr,
     Gen,
     Iverson,
+    Let,
     Mul,
     Pair,
     Proj,
     Sum,
+    Var,
+    children,
     conj,
     free_indices,
+    free_vars,
     lets,
     make_lets,
     make_sums,
@@ -316,6 +320,68 @@ def sum_single_point(e: Expr, ctx: Ctx | None = None):
     if pred is FALSE:
         return zero_like(e)
     return make_sums(binds, body if pred is TRUE else Iverson(pred, body))
+
+
+# --------------------------------------------------------------------------
+# Bindings (the simplifier's let handling; a long block applies the same
+# rewrites in one linear pass with a pending substitution, simplify._let_block)
+
+
+def _uses(e: Expr, v: Var, memo=None) -> int:
+    """Number of occurrences of ``v`` in the tree of ``e`` (shared DAG nodes count per use)."""
+    if memo is None:
+        memo = {}
+    if v not in free_vars(e):
+        return 0
+    got = memo.get(e)
+    if got is not None:
+        return got
+    if e is v:
+        r = 1
+    else:
+        r = 0
+        for c in children(e):
+            if isinstance(c, Expr):
+                r += _uses(c, v, memo)
+            elif isinstance(c, tuple):
+                r += sum(_uses(x, v, memo) for x in c if isinstance(x, Expr))
+    memo[e] = r
+    return r
+
+
+@rule("simplify.propagate_copy", figure=SECTION)
+def propagate_copy(e: Expr, ctx: Ctx | None = None):
+    """let v = u in e ==> e[v := u]        (u a variable, a constant or a zero)"""
+    if isinstance(e, Let):
+        u = e.value
+        if isinstance(u, (Var, Const)) or is_zero(u):
+            return subst(e.body, vals={e.var: u})
+    return None
+
+
+@rule("simplify.inline_single_use", figure=SECTION)
+def inline_single_use(e: Expr, ctx: Ctx | None = None):
+    """let v = g in e ==> e[v := g]        (g does no arithmetic and v occurs
+    once in e: a gather, so inlining never changes the cost)"""
+    if isinstance(e, Let) and not has_work(e.value) and _uses(e.body, e.var) == 1:
+        return subst(e.body, vals={e.var: e.value})
+    return None
+
+
+@rule("simplify.dead_let", figure=SECTION)
+def dead_let(e: Expr, ctx: Ctx | None = None):
+    """let v = e0 in e1 ==> e1        (v not free in e1)"""
+    if isinstance(e, Let) and e.var not in free_vars(e.body):
+        return e.body
+    return None
+
+
+@rule("simplify.let_result", figure=SECTION)
+def let_result(e: Expr, ctx: Ctx | None = None):
+    """let v = e0 in v ==> e0"""
+    if isinstance(e, Let) and e.body is e.var:
+        return e.value
+    return None
 
 
 # --------------------------------------------------------------------------

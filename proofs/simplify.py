@@ -15,6 +15,9 @@ A rule that no instance makes fire is "not exercised", never a pass.
 from __future__ import annotations
 
 from tensorlang.ir import (
+    REAL,
+    Let,
+    fresh_var,
     TRUE,
     And,
     Cmp,
@@ -165,6 +168,36 @@ def _m_sum_single_point(T):
     return sc, Sum(k, m, Iverson(p, T.scalar(inner, 1)))
 
 
+def _m_propagate_copy(T):
+    sc = T.context()
+    v = fresh_var("v", REAL)
+    k = T.rng.randrange(3)
+    u = T.leaf(sc) if k == 0 else (Const(T.rng.choice((0, 2, -1))) if k == 1 else _zero(T, sc))
+    return sc, Let(v, u, T.uses(sc, v, 1))
+
+
+def _m_inline_single_use(T):
+    sc = T.context(1 + T.rng.randrange(2))
+    v = fresh_var("v", REAL)
+    i, n = T.rng.choice(sc.idx)
+    arr = X if n is N else Y
+    g = Iverson(T.pred(sc), Access(arr, sym_aff(i))) if T.coin() else Access(arr, sym_aff(i))
+    body = Mul(v, T.scalar(sc, 1)) if T.coin() else Add(T.scalar(sc, 1), v)
+    return sc, Let(v, g, body)
+
+
+def _m_dead_let(T):
+    sc = T.context()
+    v = fresh_var("v", REAL)
+    return sc, Let(v, T.scalar(sc, 2), T.scalar(sc, 1))
+
+
+def _m_let_result(T):
+    sc = T.context()
+    v = fresh_var("v", REAL)
+    return sc, Let(v, T.scalar(sc, 2), v)
+
+
 RULES = {
     # name: (title, maker)
     "simplify.add_zero": ("0 + e ==> e", _m_add_zero),
@@ -181,6 +214,10 @@ RULES = {
     "simplify.inline_gather": ("(gen[i:n] e)[a] ==> e[i := a] (where it does not raise the cost)", _m_inline_gather),
     "simplify.access_bracket": ("([p]·e)[a] ==> [p]·e[a]", _m_access_bracket),
     "simplify.sum_single_point": ("sum[i:n] [i = a ∧ q]·e ==> [0 <= a < n ∧ q']·e[i := a]", _m_sum_single_point),
+    "simplify.propagate_copy": ("let v = u in e ==> e[v := u] (u a variable, constant or zero)", _m_propagate_copy),
+    "simplify.inline_single_use": ("let v = g in e ==> e[v := g] (g a gather used once)", _m_inline_single_use),
+    "simplify.dead_let": ("let v = e0 in e1 ==> e1 (v not free in e1)", _m_dead_let),
+    "simplify.let_result": ("let v = e0 in v ==> e0", _m_let_result),
     "simplify.project_pair": ("π_k (e0, e1) ==> e_k (keeping shared terms bound)", _m_project_pair),
 }
 
