@@ -20,28 +20,21 @@ from __future__ import annotations
 from tensorlang.errors import UnsupportedError, describe
 from tensorlang.ir import (
     Access,
-    Add,
-    Call,
-    Const,
     Expr,
     Gen,
     Iverson,
     Let,
-    Mul,
     Pair,
-    Proj,
-    Sum,
-    Var,
     conj,
     free_indices,
     fresh_index,
     lets,
     make_lets,
-    meta,
     subst,
     sym_aff,
 )
 
+from .rewrite import Entry, ResultCache, RuleTable, bottom_up, fixpoint
 from .rules import rule
 
 
@@ -84,10 +77,15 @@ def iverson_iverson(e: Expr):
     return None
 
 
-_RULES = {
-    Access: (access_gen, access_iverson),
-    Iverson: (iverson_gen, iverson_iverson),
-}
+# The rules of Figure 9 by the kind of node they rewrite.
+TABLE = RuleTable("gen pushout", {9: (
+    Entry(Access, access_gen),
+    Entry(Access, access_iverson),
+    Entry(Iverson, iverson_gen),
+    Entry(Iverson, iverson_iverson),
+)})
+
+_RESULTS = ResultCache()
 
 
 def gen_pushout(e: Expr) -> Expr:
@@ -95,64 +93,35 @@ def gen_pushout(e: Expr) -> Expr:
     ⟦gen_pushout(e)⟧σ = ⟦e⟧σ and $⟦gen_pushout(e)⟧σ ≤ $⟦e⟧σ (5.21 may lower
     the cost: only one element is computed), for pair-free e.
 
-    Each right-hand side and output component is normalized by
-    :func:`_norm`; the statement structure is unchanged.  Memoized.
+    Each right-hand side and output component is normalized by one run of
+    :func:`_normalizer`; the statement structure is unchanged.  The result
+    is kept per input program.
     """
-    m = meta(e)
-    got = m.get("gen_pushout")
+    got = _RESULTS.get(e)
     if got is not None:
         return got
+    norm = _normalizer()
     binds, res = lets(e)
-    out = make_lets([(x, _norm(v)) for x, v in binds], _output(res))
-    m["gen_pushout"] = out
-    meta(out)["gen_pushout"] = out
+    out = make_lets([(x, norm(v)) for x, v in binds], _output(res, norm))
+    _RESULTS.put(e, out)
     return out
 
 
-def _output(e: Expr) -> Expr:
+def _output(e: Expr, norm) -> Expr:
     if isinstance(e, Pair):
-        return Pair(_output(e.fst), _output(e.snd))
-    return _norm(e)
+        return Pair(_output(e.fst, norm), _output(e.snd, norm))
+    return norm(e)
 
 
-def _norm(e: Expr) -> Expr:
-    """Signature: _norm : e -> Ge, the rules of Figure 9 applied until none
+def _refuse(go, e: Expr):
+    raise UnsupportedError(
+        f"gen pushout needs let-lifted, pair-free input (run let_lift and pair_elim first): {describe(e)}"
+    )
+
+
+def _normalizer():
+    """Signature: norm : e -> Ge, the rules of Figure 9 applied until none
     matches (children first, then the root; a result is normalized again)."""
-    m = meta(e)
-    got = m.get("gen_norm")
-    if got is not None:
-        return got
-    match e:
-        case Var() | Const():
-            node = e
-        case Add(lhs=a, rhs=b):
-            node = Add(_norm(a), _norm(b))
-        case Mul(lhs=a, rhs=b):
-            node = Mul(_norm(a), _norm(b))
-        case Call(fn=f, args=args):
-            node = Call(f, tuple(_norm(a) for a in args))
-        case Proj(index=k, arg=a):
-            node = Proj(k, _norm(a))
-        case Gen(var=i, extent=n, body=b):
-            node = Gen(i, n, _norm(b))
-        case Sum(var=i, extent=n, body=b):
-            node = Sum(i, n, _norm(b))
-        case Access(arr=a, index=ix):
-            node = Access(_norm(a), ix)
-        case Iverson(pred=p, body=b):
-            node = Iverson(p, _norm(b))
-        case Let() | Pair():
-            raise UnsupportedError(
-                f"gen pushout needs let-lifted, pair-free input (run let_lift and pair_elim first): {describe(e)}"
-            )
-        case _:
-            raise UnsupportedError(f"gen pushout: not a value expression: {describe(e)}")
-    out = node
-    for r in _RULES.get(type(node), ()):
-        res = r(node)
-        if res is not None:
-            out = _norm(res)
-            break
-    m["gen_norm"] = out
-    meta(out)["gen_norm"] = out
-    return out
+    go = bottom_up(lambda node: post(node), what="gen pushout", special={Let: _refuse, Pair: _refuse})
+    post = fixpoint(TABLE, go)
+    return go

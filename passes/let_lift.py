@@ -24,13 +24,11 @@ never bind one name to two different values.
 
 from __future__ import annotations
 
-from tensorlang.errors import UnsupportedError, describe
 from tensorlang.ir import (
     Access,
     Add,
     Call,
     Cmp,
-    Const,
     Expr,
     Gen,
     Iverson,
@@ -40,17 +38,16 @@ from tensorlang.ir import (
     Proj,
     Sum,
     TensorT,
-    Var,
     as_aff,
     free_indices,
     free_vars,
     fresh_var,
     make_lets,
-    meta,
     subst,
     sym_aff,
 )
 
+from .rewrite import Entry, ResultCache, RuleTable, bottom_up
 from .rules import rule
 
 # --------------------------------------------------------------------------
@@ -208,83 +205,54 @@ def lift_let(e: Expr):
     return None
 
 
-_RULES = {
-    Add: (lift_add,),
-    Mul: (lift_mul,),
-    Call: (lift_call,),
-    Pair: (lift_pair,),
-    Proj: (lift_proj,),
-    Gen: (lift_gen,),
-    Sum: (lift_sum,),
-    Access: (lift_access,),
-    Iverson: (lift_iverson,),
-    Let: (lift_let,),
-}
+# The rules of Figure 7 by the kind of node they rewrite.
+TABLE = RuleTable("let-lifting", {7: (
+    Entry(Add, lift_add),
+    Entry(Mul, lift_mul),
+    Entry(Call, lift_call),
+    Entry(Pair, lift_pair),
+    Entry(Proj, lift_proj),
+    Entry(Gen, lift_gen),
+    Entry(Sum, lift_sum),
+    Entry(Access, lift_access),
+    Entry(Iverson, lift_iverson),
+    Entry(Let, lift_let),
+)})
 
 
 # --------------------------------------------------------------------------
 # The pass
+
+_RESULTS = ResultCache()
 
 
 def let_lift(e: Expr) -> Expr:
     """Signature: let_lift : Expr -> Le, with ⟦let_lift(e)⟧σ = ⟦e⟧σ and
     $⟦let_lift(e)⟧σ ≤ $⟦e⟧σ.
 
-    Structural recursion: the children are lifted first (each is then a
-    let-block around a let-free core), then the rules of Figure 7 fire at
-    the root until none matches; each firing exposes one more binding.
-    Results are memoized on the (interned) nodes, so the pass is a pure
-    function and ``let_lift(let_lift(e)) is let_lift(e)``.
+    Structural recursion (:func:`.rewrite.bottom_up`): the children are
+    lifted first (each is then a let-block around a let-free core), then the
+    rules of Figure 7 fire at the root until none matches; each firing
+    exposes one more binding.  The result is kept per input program, so the
+    pass is a pure function and ``let_lift(let_lift(e)) is let_lift(e)``.
     """
-    return _lift(e)
+    got = _RESULTS.get(e)
+    if got is None:
+        got = bottom_up(_at_root, what="let-lifting", special={Let: _lift_block})(e)
+        _RESULTS.put(e, got)
+    return got
 
 
-def _lift(e: Expr) -> Expr:
-    m = meta(e)
-    got = m.get("let_lift")
-    if got is not None:
-        return got
-    match e:
-        case Var() | Const():
-            node = e
-        case Add(lhs=a, rhs=b):
-            node = Add(_lift(a), _lift(b))
-        case Mul(lhs=a, rhs=b):
-            node = Mul(_lift(a), _lift(b))
-        case Call(fn=f, args=args):
-            node = Call(f, tuple(_lift(a) for a in args))
-        case Pair(fst=a, snd=b):
-            node = Pair(_lift(a), _lift(b))
-        case Proj(index=k, arg=a):
-            node = Proj(k, _lift(a))
-        case Gen(var=i, extent=n, body=b):
-            node = Gen(i, n, _lift(b))
-        case Sum(var=i, extent=n, body=b):
-            node = Sum(i, n, _lift(b))
-        case Access(arr=a, index=ix):
-            node = Access(_lift(a), ix)
-        case Iverson(pred=p, body=b):
-            node = Iverson(p, _lift(b))
-        case Let():
-            node = _lift_block(e)
-        case _:
-            raise UnsupportedError(f"let-lifting: not a value expression: {describe(e)}")
-    out = _at_root(node)
-    m["let_lift"] = out
-    meta(out)["let_lift"] = out
-    return out
-
-
-def _lift_block(e: Let) -> Expr:
+def _lift_block(go, e: Let) -> Expr:
     """A let chain, iteratively (long blocks must not exhaust the stack):
     lift every value and the result, then re-assemble innermost first."""
     chain = []
     while isinstance(e, Let):
         chain.append(e)
         e = e.body
-    out = _lift(e)
+    out = go(e)
     for l in reversed(chain):
-        out = _at_root(Let(l.var, _lift(l.value), out))
+        out = _at_root(Let(l.var, go(l.value), out))
     return out
 
 
@@ -294,12 +262,8 @@ def _at_root(node: Expr) -> Expr:
     only ``b`` can still be a redex: the statements are collected in order."""
     prefix = []
     while True:
-        rules = _RULES.get(type(node), ())
-        for r in rules:
-            out = r(node)
-            if out is not None:
-                break
-        else:
+        out = TABLE.rewrite(node)
+        if out is None:
             return make_lets(prefix, node)
         prefix.append((out.var, out.value))
         node = out.body

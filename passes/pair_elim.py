@@ -26,26 +26,19 @@ from __future__ import annotations
 from tensorlang.errors import InputError, UnsupportedError, describe
 from tensorlang.ir import (
     Access,
-    Add,
-    Call,
-    Const,
     Expr,
     Gen,
     Iverson,
     Let,
-    Mul,
     Pair,
     PairT,
     Proj,
     RealT,
-    Sum,
     TensorT,
     Type,
-    Var,
     fresh_var,
     input_vars,
     make_lets,
-    meta,
     scalar_elem,
     shape_of,
     subst,
@@ -53,6 +46,7 @@ from tensorlang.ir import (
 )
 from tensorlang.typecheck import type_of
 
+from .rewrite import Entry, ResultCache, RuleTable, bottom_up, fixpoint
 from .rules import rule
 
 # --------------------------------------------------------------------------
@@ -192,16 +186,23 @@ def split_let(e: Expr):
     return None
 
 
-_RULES = {
-    Proj: (proj_pair, proj_gen, proj_access, proj_iverson),
-    Gen: (gen_pair,),
-    Access: (access_pair,),
-    Iverson: (iverson_pair,),
-}
+# The rules of Figure 8 by the kind of node they rewrite (5.18-5.20 split a
+# statement of the let-block and are applied by the pass itself).
+TABLE = RuleTable("pair elimination", {8: (
+    Entry(Proj, proj_pair),
+    Entry(Proj, proj_gen),
+    Entry(Proj, proj_access),
+    Entry(Proj, proj_iverson),
+    Entry(Gen, gen_pair),
+    Entry(Access, access_pair),
+    Entry(Iverson, iverson_pair),
+)})
 
 
 # --------------------------------------------------------------------------
 # The pass
+
+_RESULTS = ResultCache()
 
 
 def pair_elim(e: Expr) -> Expr:
@@ -211,13 +212,14 @@ def pair_elim(e: Expr) -> Expr:
 
     The let-block is processed statement by statement (5.18-5.20 may split a
     statement in two and substitute into the rest); each right-hand side and
-    the result are normalized by :func:`_norm`.  Memoized on the nodes.
+    the result are normalized by one run of :func:`_normalizer`.  The result
+    is kept per input program.
     """
-    m = meta(e)
-    got = m.get("pair_elim")
+    got = _RESULTS.get(e)
     if got is not None:
         return got
     check_soa_io(e)
+    norm = _normalizer()
     binds = []
     node = e
     while isinstance(node, Let):
@@ -225,63 +227,31 @@ def pair_elim(e: Expr) -> Expr:
         if split is not None:
             node = split
             continue
-        binds.append((node.var, _norm(node.value)))
+        binds.append((node.var, norm(node.value)))
         node = node.body
-    out = make_lets(binds, _output(_norm(node)))
-    m["pair_elim"] = out
-    meta(out)["pair_elim"] = out
+    out = make_lets(binds, _output(norm(node), norm))
+    _RESULTS.put(e, out)
     return out
 
 
-def _output(e: Expr) -> Expr:
+def _output(e: Expr, norm) -> Expr:
     """Oe: pairs of pair-free leaves; a leaf of pair type is eta-expanded
     into its projections (an instance of the isomorphism at the output)."""
     if isinstance(e, Pair):
-        return Pair(_output(e.fst), _output(e.snd))
+        return Pair(_output(e.fst, norm), _output(e.snd, norm))
     if isinstance(scalar_elem(type_of(e)), PairT):
-        return Pair(_output(_norm(Proj(0, e))), _output(_norm(Proj(1, e))))
+        return Pair(_output(norm(Proj(0, e)), norm), _output(norm(Proj(1, e)), norm))
     return e
 
 
-def _norm(e: Expr) -> Expr:
-    """Signature: _norm : e -> e, a let-free term with the rules of Figure 8
+def _refuse_let(go, e: Expr):
+    raise UnsupportedError(f"pair elimination needs let-lifted input (run let_lift first): {describe(e)}")
+
+
+def _normalizer():
+    """Signature: norm : e -> e, a let-free term with the rules of Figure 8
     applied until none matches (children first, then the root; a rule's
     result is normalized again, its untouched children are memo hits)."""
-    m = meta(e)
-    got = m.get("pair_norm")
-    if got is not None:
-        return got
-    match e:
-        case Var() | Const():
-            node = e
-        case Add(lhs=a, rhs=b):
-            node = Add(_norm(a), _norm(b))
-        case Mul(lhs=a, rhs=b):
-            node = Mul(_norm(a), _norm(b))
-        case Call(fn=f, args=args):
-            node = Call(f, tuple(_norm(a) for a in args))
-        case Pair(fst=a, snd=b):
-            node = Pair(_norm(a), _norm(b))
-        case Proj(index=k, arg=a):
-            node = Proj(k, _norm(a))
-        case Gen(var=i, extent=n, body=b):
-            node = Gen(i, n, _norm(b))
-        case Sum(var=i, extent=n, body=b):
-            node = Sum(i, n, _norm(b))
-        case Access(arr=a, index=ix):
-            node = Access(_norm(a), ix)
-        case Iverson(pred=p, body=b):
-            node = Iverson(p, _norm(b))
-        case Let():
-            raise UnsupportedError(f"pair elimination needs let-lifted input (run let_lift first): {describe(e)}")
-        case _:
-            raise UnsupportedError(f"pair elimination: not a value expression: {describe(e)}")
-    out = node
-    for r in _RULES.get(type(node), ()):
-        res = r(node)
-        if res is not None:
-            out = _norm(res)
-            break
-    m["pair_norm"] = out
-    meta(out)["pair_norm"] = out
-    return out
+    go = bottom_up(lambda node: post(node), what="pair elimination", special={Let: _refuse_let})
+    post = fixpoint(TABLE, go)
+    return go

@@ -28,7 +28,10 @@ often (5.21), and dropping a dead binding or a pair component keeps what it
 shared with the rest bound.
 
 Every rewrite preserves the value (Fig. 4) and never raises the cost (Fig. 6).
-Predicates are decided in passes/simplify_preds.py.
+Predicates are decided in passes/simplify_preds.py.  The local rewrites are
+named rules in passes/simplify_rules.py (registered like the paper's numbered
+rules, each with its obligation in proofs/simplify.py), applied through its
+table keyed by node kind.
 """
 
 from __future__ import annotations
@@ -37,22 +40,15 @@ from tensorlang.errors import TensorLangError, UnsupportedError
 from tensorlang.ir import (
     FALSE,
     TRUE,
-    Access,
-    Add,
-    Call,
     Const,
     Expr,
     Gen,
     Iverson,
     Let,
-    Mul,
-    Pair,
     Pred,
-    Proj,
     Sum,
     Var,
     children,
-    conj,
     free_indices,
     free_vars,
     fresh_var,
@@ -67,71 +63,23 @@ from tensorlang.ir import (
 from tensorlang.sharing import explicit_sharing, has_work, shared_terms
 
 from .profile import stage as _timed
-from .simplify_preds import Ctx as _Ctx, decide, eliminate, simplify_pred
-from tensorlang.typecheck import type_of, zero_of
-
-# --------------------------------------------------------------------------
-# Zeros
-
-
-def is_zero(e: Expr) -> bool:
-    match e:
-        case Const(value=v):
-            return v == 0
-        case Gen(body=b) | Iverson(body=b) | Sum(body=b):
-            return is_zero(b)
-        case Pair(fst=a, snd=b):
-            return is_zero(a) and is_zero(b)
-        case _:
-            return False
-
-
-def _zero(e: Expr) -> Expr:
-    return zero_of(type_of(e))
-
+from .rewrite import VALUE_KINDS, map_operands
+from .simplify_preds import Ctx as _Ctx, decide, simplify_pred  # noqa: F401  (simplify_pred: API)
+from .simplify_rules import (
+    TABLE as RULE_TABLE,
+    _uses,
+    dead_let,
+    decide_bracket,
+    inline_single_use,
+    is_zero,
+    let_result,
+    propagate_copy,
+    sum_block,
+)
+from tensorlang.typecheck import type_of
 
 # --------------------------------------------------------------------------
 # Expressions
-
-
-def _uses(e: Expr, v: Var, memo=None) -> int:
-    """Number of occurrences of ``v`` in the tree of ``e`` (shared DAG nodes count per use)."""
-    if memo is None:
-        memo = {}
-    if v not in free_vars(e):
-        return 0
-    got = memo.get(e)
-    if got is not None:
-        return got
-    if e is v:
-        r = 1
-    else:
-        r = 0
-        for c in children(e):
-            if isinstance(c, Expr):
-                r += _uses(c, v, memo)
-            elif isinstance(c, tuple):
-                r += sum(_uses(x, v, memo) for x in c if isinstance(x, Expr))
-    memo[e] = r
-    return r
-
-
-def _lift_sum_block(e: Sum):
-    """``sum[~b] [p]·body`` with nested sums and brackets gathered into one block."""
-    binds, preds = [], []
-    cur: Expr = e
-    while True:
-        if isinstance(cur, Sum):
-            if any(cur.var in free_indices(q) for q in preds):
-                break
-            binds.append((cur.var, cur.extent))
-            cur = cur.body
-        elif isinstance(cur, Iverson):
-            preds.append(cur.pred)
-            cur = cur.body
-        else:
-            break
-    return binds, conj(*preds), cur
 
 
 def _replace(e: Expr, old: Expr, new: Var) -> Expr:
@@ -202,50 +150,6 @@ def _shared_work(dead: Expr, rest: set) -> list:
     return out
 
 
-def _inline_pays(g: Gen, ctx: _Ctx) -> bool:
-    """May ``(gen[i:n] e)[a]`` become ``e[i := a]`` (rule 5.21) here without
-    raising the cost?
-
-    The cost model builds a tensor once at its home, just inside the
-    innermost binder it depends on (``explicit_sharing``): ``n`` times
-    ``e``.  Substituted, ``e`` is paid at every evaluation of the access, so
-    once per iteration of the binders between that home and here.  That is
-    no dearer when ``e`` does no work, when there is no such binder, or when
-    there is one of extent ``n`` (``gen[i:n] (gen[k:n] e)[i]``).  Inside
-    ``gen[i:n] sum[j:n]`` of a closed ``gen[k:n] 2 + 2`` it would pay ``n²``
-    additions for ``n`` (found by the random-program property)."""
-    if not has_work(g.body):
-        return True
-    fi = free_indices(g)
-    between = []
-    for i, n in reversed(ctx.binds):
-        if i in fi:
-            break
-        between.append(n)
-    return not between or (len(between) == 1 and between[0] is g.extent)
-
-
-def project(pair: Pair, k: int) -> Expr:
-    """``π_k (e0, e1)`` (rule 5.11) without losing what ``e_k`` shared with
-    the dropped component.
-
-    The cost model charges the DAG once per shared sub-term, bound at its
-    home (``explicit_sharing``, Fig. 6 with 4.32): in
-    ``π0 (gen[i:n] 2 + Σx, 2 + Σx)`` the loop-invariant ``2 + Σx`` costs once,
-    but ``gen[i:n] 2 + Σx`` alone recomputes it per ``i``.  So the pair's
-    sharing is made explicit first and the projection pushed through its
-    lets (rule 5.5), then 5.11: ``let v = 2 + Σx in gen[i:n] v``.  Lets only
-    the dropped component used are dead and removed by the next round."""
-    kept = pair.fst if k == 0 else pair.snd
-    other = pair.snd if k == 0 else pair.fst
-    if not (has_work(kept) and has_work(other)):
-        return kept  # nothing with work can be shared between them
-    binds, body = lets(explicit_sharing(pair))
-    if not binds or not isinstance(body, Pair):
-        return kept
-    return make_lets(binds, body.fst if k == 0 else body.snd)
-
-
 class _Simplifier:
     def __init__(self):
         self.memo: dict = {}
@@ -263,78 +167,48 @@ class _Simplifier:
         return out
 
     def _expr(self, e: Expr, ctx: _Ctx) -> Expr:
-        """Signature: _expr : Expr × ctx -> Expr (bottom-up, exhaustive)."""
+        """Signature: _expr : Expr × ctx -> Expr (bottom-up, exhaustive).
+
+        Sums, lets and brackets decide what their children see (an index
+        eliminated, a binding inlined, a predicate assumed) and are handled
+        below; every other node has its children simplified first (a gen's
+        body under its binder) and then the named rules of
+        :data:`.simplify_rules.TABLE` applied at the root."""
         match e:
             case Var() | Const():
                 return e
-            case Add(lhs=a, rhs=b):
-                a, b = self.expr(a, ctx), self.expr(b, ctx)
-                if is_zero(a):
-                    return b
-                if is_zero(b):
-                    return a
-                return Add(a, b)
-            case Mul(lhs=a, rhs=b):
-                a, b = self.expr(a, ctx), self.expr(b, ctx)
-                if is_zero(a) or is_zero(b):
-                    return Const(0)
-                if a is Const(1):
-                    return b
-                if b is Const(1):
-                    return a
-                if isinstance(a, Iverson):
-                    return self.expr(Iverson(a.pred, Mul(a.body, b)), ctx)
-                if isinstance(b, Iverson):
-                    return self.expr(Iverson(b.pred, Mul(a, b.body)), ctx)
-                return Mul(a, b)
-            case Call(fn=f, args=args):
-                return Call(f, tuple(self.expr(x, ctx) for x in args))
-            case Pair(fst=a, snd=b):
-                return Pair(self.expr(a, ctx), self.expr(b, ctx))
-            case Proj(index=k, arg=a):
-                a = self.expr(a, ctx)
-                if isinstance(a, Pair):
-                    return project(a, k)
-                return Proj(k, a)
-            case Gen(var=i, extent=n, body=b):
-                b = self.expr(b, ctx.bind(i, n))
-                if is_zero(b):
-                    return _zero(Gen(i, n, b))
-                if isinstance(b, Access) and b.index is sym_aff(i) and i not in free_indices(b.arr):
-                    t = type_of(b.arr)
-                    if t.extent is n:  # eta: gen[i:n] a[i] is a
-                        return b.arr
-                return Gen(i, n, b)
             case Sum():
                 return self._sum(e, ctx)
-            case Access(arr=a, index=ix):
-                a = self.expr(a, ctx)
-                if is_zero(a):
-                    return _zero(Access(a, ix))
-                if isinstance(a, Gen) and _inline_pays(a, ctx):  # 5.21
-                    return self.expr(subst(a.body, idx={a.var: ix}), ctx)
-                if isinstance(a, Iverson):  # 5.22
-                    return self.expr(Iverson(a.pred, Access(a.body, ix)), ctx)
-                return Access(a, ix)
-            case Iverson(pred=p, body=b):
-                p = decide(ctx, p)
-                if p is FALSE:
-                    return _zero(e)
-                b = self.expr(b, ctx.assume(p))
-                if is_zero(b):
-                    return b
-                if isinstance(b, Iverson):
-                    return self.expr(Iverson(conj(p, b.pred), b.body), ctx)
-                return b if p is TRUE else Iverson(p, b)
             case Let():
                 return self._let(e, ctx)
-            case _:
-                raise UnsupportedError(f"simplify: not a value expression: {e!r}")
+            case Iverson():
+                return self._iverson(e, ctx)
+        if not isinstance(e, VALUE_KINDS):
+            raise UnsupportedError(f"simplify: not a value expression: {e!r}")
+        inner = ctx.bind(e.var, e.extent) if isinstance(e, Gen) else ctx
+        expr = self.expr
+        return self._post(map_operands(e, lambda c: expr(c, inner)), ctx)
+
+    def _post(self, node: Expr, ctx: _Ctx) -> Expr:
+        hit = RULE_TABLE.rewrite_entry(node, ctx)
+        if hit is None:
+            return node
+        entry, out = hit
+        return self.expr(out, ctx) if entry.again else out
+
+    def _iverson(self, e: Iverson, ctx: _Ctx) -> Expr:
+        """The predicate first (decided under the context: false makes the
+        term zero before its body is looked at), then the body under it."""
+        d = decide_bracket(e, ctx)
+        if d is not None:
+            if not isinstance(d, Iverson):
+                return d
+            e = d
+        b = self.expr(e.body, ctx.assume(e.pred))
+        return self._post(rebuild(e, (e.pred, b)), ctx)
 
     def _sum(self, e: Sum, ctx: _Ctx) -> Expr:
-        binds, pred, body = _lift_sum_block(e)
-        pred = simplify_pred(pred)
-        binds, pred, body = eliminate(binds, pred, body)
+        binds, pred, body = sum_block(e)  # simplify.sum_single_point's rewrite
         if pred is FALSE:
             return Const(0)
         inner = ctx
@@ -454,16 +328,17 @@ class _Simplifier:
                 e1 = Let(w, part, _replace(e1, part, w))
             return self.expr(e1, ctx)
         e0 = self.expr(e0, ctx)
-        if isinstance(e0, Var) or is_zero(e0) or isinstance(e0, Const):
-            return self.expr(subst(e1, vals={v: e0}), ctx)
-        if not has_work(e0) and _uses(e1, v) == 1:
-            return self.expr(subst(e1, vals={v: e0}), ctx)
-        e1 = self.expr(e1, ctx)
-        if v not in free_vars(e1):
-            return e1
-        if e1 is v:
-            return e0
-        return Let(v, e0, e1)
+        node = Let(v, e0, e1)
+        for r in (propagate_copy, inline_single_use):
+            out = r(node)
+            if out is not None:
+                return self.expr(out, ctx)
+        node = Let(v, e0, self.expr(e1, ctx))
+        for r in (dead_let, let_result):
+            out = r(node)
+            if out is not None:
+                return out
+        return node
 
 
 def simplify(e: Expr, *, max_rounds: int = 8) -> Expr:

@@ -8,7 +8,10 @@ applies them to expressions.
 from __future__ import annotations
 
 from tensorlang.errors import TensorLangError, UnsupportedError
-from tensorlang.ir import FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, as_aff, children, conj, disj, free_indices, subst
+from tensorlang.ir import (
+    FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, as_aff, children, conj, disj, free_indices, subst,
+    sym_aff,
+)
 
 
 # --------------------------------------------------------------------------
@@ -185,8 +188,53 @@ def _domain(ctx: Ctx, preds) -> list:
     return [(i, n) for i, n in binds if i in need]
 
 
+_DECIDED: dict = {}  # (binds, facts, p) -> decided p: a derivative asks the same question per term
+_DECIDED_MAX = 1 << 16
+
+
+def _slot(k: int) -> IndexVar:
+    """The k-th binder's index in a decision's key (a namespace of its own:
+    uids far below canonicalize's, so no program index is ever one)."""
+    return IndexVar(f"b{k}", -(1 << 40) - k)
+
+
 def decide(ctx: Ctx, p: Pred) -> Pred:
-    """``p`` with conjuncts implied by the context dropped; FALSE when empty."""
+    """``p`` with conjuncts implied by the context dropped; FALSE when empty.
+
+    A pure function of the binders, the facts and ``p``, and invariant under
+    renaming the binders: every term of a derivative asks the same question
+    about its own fresh indices.  So the question is asked once per shape:
+    the binders are renamed to positional slots, the answer is kept in a
+    bounded table (cleared when full; each isl question costs a parse and a
+    solve), and renamed back."""
+    key = (ctx.binds, ctx.facts, p)
+    got = _DECIDED.get(key)
+    if got is not None:
+        return got
+    if len(_DECIDED) >= _DECIDED_MAX:
+        _DECIDED.clear()
+    ren = {i: sym_aff(_slot(k)) for k, (i, _) in enumerate(ctx.binds)}
+    binds = tuple((_slot(k), _renamed(n, ren)) for k, (_, n) in enumerate(ctx.binds))
+    facts = tuple(_renamed(f, ren) for f in ctx.facts)
+    q = _renamed(p, ren)
+    ckey = (binds, facts, q)
+    ans = _DECIDED.get(ckey)
+    if ans is None:
+        ans = _DECIDED[ckey] = _decide(Ctx(binds, facts), q)
+    back = {_slot(k): sym_aff(i) for k, (i, _) in enumerate(ctx.binds)}
+    got = _DECIDED[key] = _renamed(ans, back)
+    return got
+
+
+def _renamed(x, ren: dict):
+    """``x`` with the indices of ``ren`` renamed (``x`` itself when it mentions none)."""
+    fi = free_indices(x)
+    if not any(i in ren for i in fi):
+        return x
+    return subst(x, idx={i: a for i, a in ren.items() if i in fi})
+
+
+def _decide(ctx: Ctx, p: Pred) -> Pred:
     from tensorlang import isl_bridge
 
     p = simplify_pred(p)

@@ -87,6 +87,8 @@ class ContractRHS:
 
 
 SSAView = InputRHS | ConstRHS | AddRHS | MapRHS | ContractRHS
+# The statement kinds of Figure 10 (the transpose table must cover every one).
+STATEMENT_KINDS = (InputRHS, ConstRHS, AddRHS, MapRHS, ContractRHS)
 
 
 def gen_vars(view) -> tuple:

@@ -74,13 +74,13 @@ from tensorlang.ir import (
     make_gens,
     make_lets,
     make_sums,
-    meta,
     shape_of,
     sym_aff,
 )
 from tensorlang.typecheck import type_of
 
 from . import rules as rules_mod
+from .rewrite import ResultCache
 from .rules import rule
 from .ssa_form import AddRHS, ConstRHS, ContractRHS, MapRHS, classify, to_expr
 
@@ -213,11 +213,12 @@ class _Block:
                     keys.append(tuple(self.pos[x] for x, _ in o))
             case _:
                 return _sorted_conjuncts(canonicalize(to_expr(view)))
-        exprs = [_sorted_conjuncts(canonicalize(to_expr(v))) for v in cands]
         best = min(keys)
-        tied = [e for k, e in zip(keys, exprs) if k == best]
-        # the printed form breaks ties only (printing every candidate cost a
-        # tenth of building a long chain's derivative)
+        # only the candidates of the least key are canonicalized (each costs a
+        # walk of the right-hand side); the printed form breaks ties only
+        # (printing every candidate cost a tenth of building a long chain's
+        # derivative)
+        tied = [_sorted_conjuncts(canonicalize(to_expr(v))) for k, v in zip(keys, cands) if k == best]
         return tied[0] if len(tied) == 1 else min(tied, key=repr)
 
     # -- variables -----------------------------------------------------------
@@ -539,6 +540,9 @@ _CONVERSIONS = (ssa_var, ssa_const, ssa_access, ssa_add, ssa_mul, ssa_call, ssa_
 # The pass
 
 
+_RESULTS = ResultCache()  # one result per input program (fresh names are drawn once)
+
+
 def tensor_ssa(e: Expr) -> Expr:
     """Signature: tensor_ssa : Le (gen-pushed-out) -> S (Figure 10), with
     ⟦tensor_ssa(e)⟧σ = ⟦e⟧σ and $⟦tensor_ssa(e)⟧σ ≤ $⟦e⟧σ.
@@ -548,8 +552,7 @@ def tensor_ssa(e: Expr) -> Expr:
     A tensor-SSA program is a fixed point: its statements convert to
     themselves under their own names.
     """
-    m = meta(e)
-    got = m.get("tensor_ssa")
+    got = _RESULTS.get(e)
     if got is not None:
         return got
     cx = _Block()
@@ -559,8 +562,7 @@ def tensor_ssa(e: Expr) -> Expr:
         node = node.body
     res = _output(node, cx)
     out = make_lets(_live(cx.binds, res), res)
-    m["tensor_ssa"] = out
-    meta(out)["tensor_ssa"] = out
+    _RESULTS.put(e, out)
     return out
 
 

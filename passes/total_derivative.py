@@ -17,7 +17,7 @@ partial derivatives (``tensorlang.functions``), rule 6.6.
 
 from __future__ import annotations
 
-from tensorlang.errors import TensorLangError, UnsupportedError, describe
+from tensorlang.errors import TensorLangError, describe
 from tensorlang.functions import derivative_def
 from tensorlang.ir import (
     Access,
@@ -39,6 +39,7 @@ from tensorlang.ir import (
 from tensorlang.typecheck import type_of, zero_of
 
 from .env import extend
+from .rewrite import Entry, RuleTable
 from .rules import rule
 
 # --------------------------------------------------------------------------
@@ -227,6 +228,26 @@ def d_let(e, sigma, D):
     return Let(x, e.value, Let(dx, D(e.value, sigma), inner))
 
 
+# Figure 13 keyed by node kind: one entry per constructor (two for a
+# variable: differentiated or constant).  ``dispatch`` refuses a kind
+# without an entry (a Loop: issue 17's stages differentiate it), naming it.
+TABLE = RuleTable("total derivative", {13: (
+    Entry(Var, d_var_differentiated),
+    Entry(Var, d_var_constant),
+    Entry(Const, d_const),
+    Entry(Add, d_add),
+    Entry(Mul, d_mul),
+    Entry(Call, d_call),
+    Entry(Pair, d_pair),
+    Entry(Proj, d_proj),
+    Entry(Gen, d_gen),
+    Entry(Sum, d_sum),
+    Entry(Access, d_access),
+    Entry(Iverson, d_iverson),
+    Entry(Let, d_let),
+)})
+
+
 # --------------------------------------------------------------------------
 # The transform
 
@@ -254,38 +275,7 @@ class _D:
         return out
 
     def _rule(self, e: Expr, sigma: dict) -> Expr:
-        match e:
-            case Var():
-                r = d_var_differentiated(e, sigma, self)
-                if r is None:
-                    r = d_var_constant(e, sigma, self)
-            case Const():
-                r = d_const(e, sigma, self)
-            case Add():
-                r = d_add(e, sigma, self)
-            case Mul():
-                r = d_mul(e, sigma, self)
-            case Call():
-                r = d_call(e, sigma, self)
-            case Pair():
-                r = d_pair(e, sigma, self)
-            case Proj():
-                r = d_proj(e, sigma, self)
-            case Gen():
-                r = d_gen(e, sigma, self)
-            case Sum():
-                r = d_sum(e, sigma, self)
-            case Access():
-                r = d_access(e, sigma, self)
-            case Iverson():
-                r = d_iverson(e, sigma, self)
-            case Let():
-                r = d_let(e, sigma, self)
-            case _:
-                raise UnsupportedError(f"total derivative: not a value expression: {e!r}")
-        if r is None:  # pragma: no cover - every case above has its rule
-            raise UnsupportedError(f"total derivative: no rule for {describe(e)}")
-        return r
+        return TABLE.dispatch(e, sigma, self)
 
 
 def total_derivative(e: Expr, sigma: dict) -> Expr:

@@ -16,7 +16,7 @@ import re
 import sys
 import time
 
-from . import cost_rules, derivatives, normal_forms, theorems  # noqa: F401  (they register obligations)
+from . import cost_rules, derivatives, normal_forms, simplify, theorems  # noqa: F401  (they register obligations)
 from .framework import OBLIGATIONS, load_rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +29,7 @@ KIND_MODULE = {
     "derivative": "proofs/derivatives.py",
     "adjoint": "proofs/derivatives.py",
     "cost": "proofs/cost_rules.py",
+    "simplify": "proofs/simplify.py",
     "theorem": "proofs/theorems.py",
 }
 
