@@ -83,12 +83,12 @@ class Route:
         deep_recursion()
         e = expr
         skip = False
-        front = _p.TENSOR_SSA in self.stages
+        front = "tensor_ssa" in self.names
         for st in self.stages:
-            if st is PREPARE:  # the backend prepares when it builds the kernel
+            if st.name == "prepare":  # the backend prepares when it builds the kernel
                 break
             if front and (skip or _p.already_normal(st, e)):
-                skip = st is not _p.GEN_PUSHOUT  # up to tensor_ssa, which canonicalizes
+                skip = st.name != "gen_pushout"  # up to tensor_ssa, which canonicalizes
                 continue
             e = run_stage(st, e, **params.get(st.name, {}))
         return e
