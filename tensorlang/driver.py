@@ -96,7 +96,7 @@ class Route:
 
 def _route(name: str, names: tuple) -> Route:
     order = [s.name for s in STAGES]
-    pos = [order.index(n) for n in names]  # a KeyError-free check: every name is a stage
+    pos = [order.index(n) for n in names]  # ValueError on a name that is no stage
     if pos != sorted(pos) and name != "audit":
         raise AssertionError(f"route {name} is not in pipeline order: {names}")
     return Route(name, tuple(BY_NAME[n] for n in names))
