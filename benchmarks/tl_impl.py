@@ -5,89 +5,47 @@ by the same backend with the same isl-narrowed loops as the sparse one, so
 the two columns differ by the adjoint alone (issue #13 item 8); the older
 ``mode="naive"`` also ran every loop over its full box (``loops="box"``).
 
-The later compiler stages are detected, never assumed: ``tl.grad`` needs
-tensorlang.autodiff, ``tl.compile`` needs tensorlang.backend.api, ``tl.cost``
-needs tensorlang.costmodel.  Without the compiled backend ``tl.grad`` runs on the
-reference evaluator (pure Python), which is allowed only at tiny sizes; larger
-sizes are reported "not available" instead of running for hours.
+Every column goes through the public entry points, so through their routes of
+the one stage list (``tensorlang.driver.ROUTES``): ``tl.grad``, ``tl.compile``,
+``tl.normalize``, ``tl.cost``.  Nothing is detected or retried: a stage that
+refuses a program is an error row.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import tensorlang as tl
 
-from .methods import Impl, NotAvailable
-
-# Largest workload.work(sizes) the reference evaluator is asked to run.
-EVALUATOR_LIMIT = 20_000
-
-
-def _have(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
+from .methods import Impl
 
 
 def stages() -> dict:
-    """Which later stages exist in this checkout."""
-    return {
-        "autodiff": _have("tensorlang.autodiff"),
-        "backend": _have("tensorlang.backend.api"),
-        "cost": _have("tensorlang.costmodel"),
-    }
+    """The routes of the stage list (recorded with the results)."""
+    from tensorlang.driver import ROUTE_NAMES
 
-
-class _API:
-    """tensorlang's later-stage functions, resolved from their modules."""
-
-    def __getattr__(self, name):
-        import tensorlang as tl
-
-        mod = tl._LAZY.get(name)
-        if mod is None:
-            return getattr(tl, name)
-        return getattr(importlib.import_module(mod), name)
+    return {name: list(names) for name, names in ROUTE_NAMES.items() if name in ("grad", "grad naive", "compile", "cost")}
 
 
 def build(workload, data, sizes, *, naive: bool = False) -> Impl:
-    tl = _API()
-    st = stages()
-    if not st["autodiff"]:
-        raise NotAvailable("tensorlang.autodiff (tl.grad) not present yet")
-    compiled = st["backend"]
-    if not compiled and workload.work(sizes) > EVALUATOR_LIMIT:
-        raise NotAvailable("compiled backend (tensorlang.backend.api) not present; reference evaluator too slow here")
     loss, ins = workload.program()
     wrt = [ins[name] for name in workload.wrt]
     kw = {"adjoint": "naive"} if naive else {}
 
     def make_grad():
-        try:
-            g = tl.grad(loss, wrt=wrt, **kw)
-        except TypeError as exc:
-            if naive:
-                raise NotAvailable(f"tl.grad does not accept adjoint='naive' yet ({exc})") from None
-            raise
+        g = tl.grad(loss, wrt=wrt, **kw)
         state["grad"] = g
         return lambda: g(**data)
 
     def make_primal():
-        if compiled:
-            f = tl.compile(loss)
-            return lambda: f(**data)
-        return lambda: tl.evaluate(loss, **data)
+        f = tl.compile(loss)
+        return lambda: f(**data)
 
     def grads(out):
         out = out if isinstance(out, (tuple, list)) else (out,)
         return dict(zip(workload.wrt, out))
 
     def note():
-        if not compiled:
-            how = "reference evaluator (no compiled backend yet)"
-        else:
-            flag = kernel_compiled(state.get("grad"))
-            how = {True: "compiled", False: "ran on the reference evaluator"}.get(flag, "backend")
+        flag = kernel_compiled(state.get("grad"))
+        how = {True: "compiled", False: "ran on the reference evaluator"}.get(flag, "backend")
         return ("naive adjoint (sparse loops), " if naive else "") + how
 
     state = {}
@@ -113,27 +71,17 @@ def kernel_compiled(g):
 
 def costs(workload, data, sizes) -> dict:
     """Fig. 6 operation counts of the loss and of its gradient program (sparse and naive adjoint)."""
-    tl = _API()
-    st = stages()
-    if not st["cost"]:
-        raise NotAvailable("tensorlang.costmodel (tl.cost) not present yet")
     loss, ins = workload.program()
     wrt = [ins[name] for name in workload.wrt]
     out = {"primal": _cost(tl, loss, sizes, data)}
-    if _have("tensorlang.passes.pipeline"):
-        try:
-            out["primal_normalized"] = _cost(tl, tl.normalize(loss), sizes, data)
-        except Exception as exc:  # reported in the table, never hidden
-            out["primal_normalized_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    if not st["autodiff"]:
-        out["grad_error"] = "tensorlang.autodiff (tl.adjoint) not present yet"
-        return out
+    try:
+        out["primal_normalized"] = _cost(tl, tl.normalize(loss), sizes, data)
+    except Exception as exc:  # reported in the table, never hidden
+        out["primal_normalized_error"] = f"{type(exc).__name__}: {exc}"[:300]
     for key, kw in (("grad", {}), ("grad_naive", {"adjoint": "naive"})):
         try:
-            # the program tl.grad runs (adjoint with the seed 1, simplified); else the bare adjoint
-            prog = getattr(tl.grad(loss, wrt=wrt, **kw), "program", None)
-            if prog is None:
-                prog = tl.adjoint(loss, wrt=wrt, **kw)
+            # the program tl.grad runs (adjoint with the seed 1, simplified or dense)
+            prog = tl.grad(loss, wrt=wrt, **kw).program
             out[key] = _cost(tl, prog, sizes, data)
         except Exception as exc:  # reported in the table, never hidden
             out[key + "_error"] = f"{type(exc).__name__}: {exc}"[:300]
