@@ -190,9 +190,13 @@ def test_debug_mode_catches_a_stage_breaking_its_output_grammar():
         pipeline.debug(prev)
     # without debug mode the broken output still never reaches a wrong answer:
     # the next stage that needs the grammar refuses it
-    with pytest.raises(UnsupportedError):
-        _broken_route("adjoint", tensor_ssa={"run": lambda e: e}).run(
-            loss, adjoint={"wrt": [c], "seed": tl.var("dy", tl.Real)})
+    prev = pipeline.debug(False)
+    try:
+        with pytest.raises(UnsupportedError):
+            _broken_route("adjoint", tensor_ssa={"run": lambda e: e}).run(
+                loss, adjoint={"wrt": [c], "seed": tl.var("dy", tl.Real)})
+    finally:
+        pipeline.debug(prev)
 
 
 def test_debug_mode_catches_a_stage_given_input_outside_its_grammar():
