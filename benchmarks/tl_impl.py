@@ -12,6 +12,11 @@ timing) and return A's cotangent packed, so tensorlang runs the same loss on
 a sparse tensor (``tl.sparse_tensor("A", S)``) fed the same packed values
 as a CSR matrix.  Every method's gradient is densified after timing, for the
 check against NumPy.
+
+Every column goes through the public entry points, so through their routes of
+the one stage list (``tensorlang.driver.ROUTES``): ``tl.grad``, ``tl.compile``,
+``tl.normalize``, ``tl.cost``.  Nothing is detected or retried: a stage that
+refuses a program is an error row.
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@ backend's kernel preparation, lowering and JIT.  Each is wrapped in
 * ``TENSORLANG_PROFILE=1`` in the environment prints one line per
   finished top-level build (``grad``, ``compile`` ...) on stderr;
 * :func:`recording` collects the times of the enclosed builds in a dict
-  (the callables of ``tl.grad`` & co. keep theirs as ``.profile``).
+  (the callables of ``tl.grad`` & co. keep theirs as ``.profile``);
+* :func:`tracing` collects the names of the pipeline stages run, in order
+  (``pipeline.run_stage`` reports each with :func:`note`), so a test can
+  check that an entry point runs exactly its declared route.
 
 Nested stages are charged to themselves and not to their parent (the
 parent's time is its own work), so the numbers add up to the total.
@@ -62,6 +65,29 @@ def _recorders() -> list:
         rs = _local.recorders = []
         _local.frames = []  # [start, time charged to nested stages] per open stage
     return rs
+
+
+def note(name: str) -> None:
+    """A pipeline stage named ``name`` starts (recorded by every open :func:`tracing`)."""
+    ts = getattr(_local, "traces", None)
+    if ts:
+        for t in ts:
+            t.append(name)
+
+
+@contextlib.contextmanager
+def tracing():
+    """The names of the stages run in the enclosed code, in order:
+    ``with tracing() as names: ...``."""
+    ts = getattr(_local, "traces", None)
+    if ts is None:
+        ts = _local.traces = []
+    names: list = []
+    ts.append(names)
+    try:
+        yield names
+    finally:
+        del ts[next(k for k, t in enumerate(ts) if t is names)]  # by identity: equal lists are not the same
 
 
 @contextlib.contextmanager

@@ -49,7 +49,10 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.verdict != FAIL
+        # only "pass" is a pass: an obligation that checked nothing (no rule
+        # registered, no instance fired, a stage not available, an empty
+        # corpus) fails the run instead of passing vacuously (issue #14 item 5)
+        return self.verdict == PASS
 
 
 @dataclass

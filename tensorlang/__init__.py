@@ -51,7 +51,7 @@ from .sharing import explicit_sharing, pretty
 # Later stages live in their own modules and are loaded on first use, so the
 # core stays importable (and fast to import) on its own.
 _LAZY = {
-    "cost": "tensorlang.costmodel",
+    "cost": "tensorlang.driver",  # the route "cost": sharing, then the cost model
     "cost_breakdown": "tensorlang.costmodel",
     "symbolic_cost": "tensorlang.costmodel",
     "normalize": "tensorlang.passes.pipeline",
@@ -61,7 +61,7 @@ _LAZY = {
     "value_and_grad": "tensorlang.autodiff",
     "vjp": "tensorlang.autodiff",
     "jvp": "tensorlang.autodiff",
-    "compile": "tensorlang.backend.api",
+    "compile": "tensorlang.driver",  # the route "compile": kernel preparation, then lowering
     "jax_function": "tensorlang.interop",
     "torch_function": "tensorlang.interop",
     "scipy_objective": "tensorlang.interop_scipy",

@@ -29,10 +29,11 @@ from .ir import Expr, PairT, RealT, TensorT, Type, input_vars, size_vars
 from .typecheck import check_program, type_of
 from .loops import has_loop
 from . import costmodel
-from .autodiff import adjoint, derivative
-from .backend.api import compile as tl_compile
+from .autodiff import _seed_name
 from .cost_relations import _REL_SYMS, relation_count_values
+from .driver import compile as tl_compile, route, stage
 from .passes.pipeline import STAGES, run_stage
+from .passes.total_derivative import tangent_inputs
 
 THEOREM_FACTOR = 4
 DEFAULT_SIZE = 100
@@ -109,7 +110,7 @@ def symbolic_cost_of(e: Expr):
 
 
 # --------------------------------------------------------------------------
-# The pipeline's stages: the pipeline's own stage list (passes/pipeline.py)
+# The pipeline's stages: the one stage list's (tensorlang.driver), route "audit"
 
 PASS_LABELS = {  # Stage.name -> the report's label
     "let_lift": "let-lifting",
@@ -117,6 +118,9 @@ PASS_LABELS = {  # Stage.name -> the report's label
     "gen_pushout": "gen pushout",
     "tensor_ssa": "tensor SSA",
 }
+
+
+_PASS_ROWS = tuple((st.name, PASS_LABELS[st.name]) for st in STAGES)
 
 
 def normal_form_passes():
@@ -128,11 +132,16 @@ def normal_form_passes():
 
 def _derivative(e: Expr, wrt):
     # the paper's D⟦e⟧σ (Theorem 6.1), before any simplification
-    return derivative(e, wrt=list(wrt), simplify=False)
+    return run_stage(stage("derivative"), e, sigma=tangent_inputs(e, list(wrt)))
 
 
-def _adjoint(e: Expr, wrt, mode: str, simplify: bool = True):
-    return adjoint(e, wrt=list(wrt), mode=mode, simplify=simplify)
+def _adjoint(e: Expr, wrt, naive: bool = False):
+    """Dᵀ⟦e⟧ of the tensor-SSA row (Theorem 6.55), unsimplified; the cotangent
+    is a fresh input of the output's type."""
+    from .ir import Var
+
+    seed = Var(_seed_name(e), 0, type_of(e))
+    return run_stage(stage("naive_adjoint" if naive else "adjoint"), e, wrt=list(wrt), seed=seed)
 
 
 # --------------------------------------------------------------------------
@@ -334,7 +343,7 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     ``wrt``: input names or Vars (default: every tensor input); ``sizes``: the
     sizes to report costs at (default :data:`DEFAULT_SIZE` for each).
     """
-    from .sharing import explicit_sharing, pretty
+    from .sharing import pretty
 
     if isinstance(expr, Expr) and has_loop(expr):  # issue #17: loop_audit (above this module) audits loops
         raise UnsupportedError("audit: the program has a loop; use tensorlang.loop_audit.audit_loop "
@@ -345,7 +354,10 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
     known, sizes = audit_sizes(expr, sizes)
     report = AuditReport(pretty(expr), entry, [v.name for v in wrt_vars], {k: sizes[k] for k in known})
 
-    prog = explicit_sharing(expr)
+    # the stages of route "audit", in its order: each row costs one stage's output
+    steps = route("audit").names
+    assert steps[:2] == ("hoist_guards", "sharing") and tuple(n for n, _ in _PASS_ROWS) == steps[2:6], steps
+    prog = run_stage(stage("sharing"), run_stage(stage("hoist_guards"), expr))
     rows = report.rows
     primal = _row("input program", lambda: prog, sizes)
     rows.append(primal)
@@ -370,9 +382,12 @@ def audit(expr: Expr, *, wrt=None, sizes: dict | None = None, entry: str = "loss
         return _row(label, thunk, sizes)
 
     deriv = need_ssa("total derivative", lambda: _derivative(base, wrt_vars))
-    adj_raw = need_ssa("adjoint", lambda: _adjoint(base, wrt_vars, "sparse", simplify=False))
-    adj = need_ssa("simplified adjoint", lambda: _adjoint(base, wrt_vars, "sparse"))
-    naive = need_ssa("naive adjoint", lambda: _adjoint(base, wrt_vars, "naive"))
+    adj_raw = need_ssa("adjoint", lambda: _adjoint(base, wrt_vars))
+    if adj_raw.available:
+        adj = _row("simplified adjoint", lambda: run_stage(stage("simplify"), adj_raw.expr), sizes)
+    else:
+        adj = StageRow("simplified adjoint", reason=adj_raw.reason)
+    naive = need_ssa("naive adjoint", lambda: _adjoint(base, wrt_vars, naive=True))
     rows.extend([deriv, adj_raw, adj, naive])
 
     declared = tuple(input_vars(expr))

@@ -19,6 +19,11 @@ total derivative keeps each primal binding before its differential (rule
 compile ONE program ``let primal… in let derivative… in (value, derivative)``:
 the primal is computed once and its residuals (the let-bound intermediates)
 are read by the derivative in the same kernel.
+
+Every derivative is built by its route of the one stage list
+(``tensorlang.driver.ROUTES``: tensor SSA, then D or Dᵀ, then simplify; the
+kernel is prepared when it is built); this module chooses the route and its
+parameters, and wraps the result in a callable.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ import os
 import numpy as np
 
 from . import bounds
+from .driver import route as _route
+from .passes.pipeline import with_primal  # noqa: F401  (re-exported: the derivative stages' value form)
 from .passes.profile import build as _build, stage as _timed
 from .errors import InputError, TensorLangError, UnsupportedError
-from .ir import REAL, Const, Expr, Let, Pair, Var, free_vars, input_vars, lets, make_lets, relations_of, size_vars, subst
+from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
 from .typecheck import check_program, type_of, wrt_inputs as _wrt_list
 from .loops import has_loop
 
@@ -81,14 +88,6 @@ def options(mode=None, adjoint=None, loops=None) -> tuple:
     return adjoint, loops
 
 
-def normalize_for_adjoint(expr: Expr) -> Expr:
-    """The four normal-form passes (tensor SSA), as the adjoint rules require."""
-    from .passes.pipeline import normalize
-    from .sparse import hoist_guards
-
-    return normalize(hoist_guards(expr))  # sparse reads' brackets cover their products (issue 16)
-
-
 # --------------------------------------------------------------------------
 # Expressions
 
@@ -100,17 +99,14 @@ def derivative(expr: Expr, wrt, *, simplify: bool = True) -> Expr:
     Its inputs are those of ``expr`` plus one tangent per ``wrt`` input,
     named ``"d" + name`` and of the input's type.
     """
-    from .passes.simplify import simplify as simp
-    from .passes.total_derivative import tangent_inputs, total_derivative
+    from .passes.total_derivative import tangent_inputs
 
     _no_loop(expr, "tl.derivative")
     check_program(expr)
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     sigma = tangent_inputs(expr, xs)
-    with _timed("derivative"):
-        out = total_derivative(expr, sigma)
-    out = simp(out) if simplify else out
+    out = _route("derivative" if simplify else "derivative raw").run(expr, derivative={"sigma": sigma})
     with _timed("bounds"):
         bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
     return out
@@ -123,27 +119,12 @@ def _seed(expr: Expr, name: str) -> Var:
     return Var(name, 0, type_of(expr))
 
 
-def _transposed(ssa: Expr, xs, seed: Var, mode: str) -> Expr:
-    """The unsimplified adjoint of the tensor-SSA program ``ssa`` (Figs. 14-16, or the naive one)."""
-    from .passes.adjoint import transpose
-    from .passes.naive_adjoint import naive_transpose
-
-    return naive_transpose(ssa, xs, seed) if mode == "naive" else transpose(ssa, xs, seed)
-
-
-def with_primal(ssa: Expr, derived: Expr) -> Expr:
-    """``let B in (out, res)`` for ``ssa = let P in out`` and ``derived = let B in res``
-    where the derivative passes kept the primal bindings ``P`` in ``B`` (the
-    adjoint's ``let primal… in let adjoint…``, the total derivative's rule
-    6.16): the primal output is read off the derivative's own bindings, so the
-    value and the derivative share one program and every residual."""
-    binds, res = lets(derived)
-    _, out = lets(ssa)
-    bound = {v for v, _ in binds}
-    stray = [v for v in free_vars(out) if v.uid != 0 and v not in bound]
-    if stray:  # the derivative passes dropped a primal binding: never a wrong value
-        raise TensorLangError(f"internal: the derivative program does not bind {stray[0].name}, which the output reads")
-    return make_lets(binds, Pair(out, res))
+def _adjoint_route(kind: str, mode: str, simplify: bool = True):
+    """The route of a reverse-mode entry point: Dᵀ then simplify, or the dense
+    Dᵀ (never simplified: it is the comparison baseline)."""
+    if mode == "naive":
+        return _route(f"{kind} naive")
+    return _route(kind if simplify else f"{kind} raw")
 
 
 @deep
@@ -155,17 +136,14 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     simplification.  ``mode="naive"``: dense one-hot transposition, no
     predicate propagation, no simplification (for comparison).
     """
-    from .passes.simplify import simplify as simp
-
     _check_mode(mode)
     _no_loop(expr, "tl.adjoint")
     check_program(expr)
     bounds.check_program(expr)
     xs, _ = _wrt_list(wrt)
     seed = _seed(expr, cotangent)
-    out = _transposed(normalize_for_adjoint(expr), xs, seed, mode)
-    if mode != "naive" and simplify:
-        out = simp(out)
+    dt = "naive_adjoint" if mode == "naive" else "adjoint"
+    out = _adjoint_route("adjoint", mode, simplify).run(expr, **{dt: {"wrt": xs, "seed": seed}})
     with _timed("bounds"):
         bounds.inherit(out, expr)  # it runs only at sizes where the source's accesses are in range
     return out
@@ -361,9 +339,6 @@ def _check_scalar(loss: Expr) -> None:
         )
 
 
-_adjoint_expr = adjoint  # vjp's keyword ``adjoint`` shadows the function there
-
-
 def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False):
     """``(∇l, entry)`` (``(l, ∇l)`` with ``value=True``, one program sharing the
     primal); ``entry``: its slot in the derived-program cache."""
@@ -375,21 +350,10 @@ def _grad_program(loss: Expr, xs, mode: str, *, value: bool = False):
 
 
 def _grad_derive(loss: Expr, xs, mode: str, seed: Var, value: bool) -> Expr:
-    from .passes.simplify import simplify as simp
-
-    ssa = normalize_for_adjoint(loss)
-    adj = _transposed(ssa, xs, seed, mode)
-    if value:
-        adj = with_primal(ssa, adj)
     # ∇l(x) = DT l(x, 1)  (RULES.md 5.1); simplified once, after the seed is 1
-    if mode != "sparse":
-        out = subst(adj, vals={seed: Const(1)})
-    else:
-        # as a binding, propagated by simplify's one pass over the let-block: a
-        # substitution into the whole block computed the free variables of every
-        # suffix of it (quadratic in its length, issue #14)
-        out = simp(Let(seed, Const(1), adj))
-    return out
+    dt = "naive_adjoint" if mode == "naive" else "adjoint"
+    kind = "value_and_grad" if value else "grad"
+    return _adjoint_route(kind, mode).run(loss, **{dt: {"wrt": xs, "seed": seed, "value": value, "seed_value": 1}})
 
 
 def _derived(kind: str, source: Expr, xs, opts: dict, build, extra=()):
@@ -459,8 +423,6 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
     """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the
     output cotangent ``dy``; ``with_value=True`` gives ``(value, cotangents)``
     from the same kernel (the adjoint computes the primal anyway)."""
-    from .passes.simplify import simplify as simp
-
     kind, lp = options(mode, adjoint, loops)
     if has_loop(_as_expr_or_none(expr)):  # issue #17: loops are differentiated per part
         if with_value:
@@ -475,11 +437,8 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
     seed = _seed(expr, cotangent)
 
     def build():
-        if with_value:
-            ssa = normalize_for_adjoint(expr)
-            adj = with_primal(ssa, _transposed(ssa, xs, seed, kind))
-            return simp(adj) if kind == "sparse" else adj
-        return _adjoint_expr(expr, xs, cotangent=cotangent, mode=kind)
+        dt = "naive_adjoint" if kind == "naive" else "adjoint"
+        return _adjoint_route("vjp", kind).run(expr, **{dt: {"wrt": xs, "seed": seed, "value": with_value}})
 
     adj, entry = _derived("vjp", expr, xs, {"adjoint": kind, "with_value": with_value, "cotangent": cotangent},
                           build, extra=(seed,))
@@ -504,14 +463,12 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
 def _jvp_program(expr: Expr, xs):
     """``((e, D⟦e⟧σ), entry)``: one program, the total derivative of the tensor-SSA
     form keeps every primal binding before its differential (rule 6.16)."""
-    from .passes.simplify import simplify as simp
-    from .passes.total_derivative import tangent_inputs, total_derivative
+    from .passes.total_derivative import tangent_inputs
 
     tangents = tangent_inputs(expr, xs)
 
     def build():
-        ssa = normalize_for_adjoint(expr)
-        return simp(with_primal(ssa, total_derivative(ssa, tangents)))
+        return _route("jvp").run(expr, derivative={"sigma": tangents, "value": True})
 
     return _derived("jvp", expr, xs, {}, build, extra=tuple(tangents[x] for x in xs))
 

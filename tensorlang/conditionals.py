@@ -46,11 +46,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import sympy
 
 from .ir import as_expr as _lift
 from .errors import TensorLangError, TypeCheckError, describe
-from .functions import FunctionDef, register
+from .functions import FunctionDef, register, sympy_module as _sp
 from .ir import REAL, Call, Const, Expr, Pred
 from .typecheck import type_of
 
@@ -88,14 +87,14 @@ def _select_partials(name):
 register(FunctionDef(
     "select_gt", 4,
     lambda a, b, e1, e2: np.where(np.greater(a, b), e1, e2),
-    lambda a, b, e1, e2: sympy.Piecewise((e1, sympy.Gt(a, b)), (e2, True)),
+    lambda a, b, e1, e2: _sp().Piecewise((e1, _sp().Gt(a, b)), (e2, True)),
     _select_partials("select_gt"),
     numba=_select_gt_nb,
 ))
 register(FunctionDef(
     "select_ge", 4,
     lambda a, b, e1, e2: np.where(np.greater_equal(a, b), e1, e2),
-    lambda a, b, e1, e2: sympy.Piecewise((e1, sympy.Ge(a, b)), (e2, True)),
+    lambda a, b, e1, e2: _sp().Piecewise((e1, _sp().Ge(a, b)), (e2, True)),
     _select_partials("select_ge"),
     numba=_select_ge_nb,
 ))
@@ -135,27 +134,27 @@ def _softplus_np(a):
 
 
 register(FunctionDef(
-    "maximum", 2, np.maximum, sympy.Max,
+    "maximum", 2, np.maximum, lambda a, b: _sp().Max(a, b),
     lambda a, b: (_tie_half(a, b), _tie_half(b, a)),
     numba=_maximum_nb,
 ))
 register(FunctionDef(
-    "minimum", 2, np.minimum, sympy.Min,
+    "minimum", 2, np.minimum, lambda a, b: _sp().Min(a, b),
     lambda a, b: (_tie_half(b, a), _tie_half(a, b)),
     numba=_minimum_nb,
 ))
 register(FunctionDef(
-    "abs", 1, np.abs, sympy.Abs,
+    "abs", 1, np.abs, lambda a: _sp().Abs(a),
     lambda a: (_c("select_ge", a, _zero(), _one(), Const(-1)),),  # abs'(0) = 1, as JAX
     numba=_abs_nb,
 ))
 register(FunctionDef(
-    "relu", 1, lambda a: np.maximum(a, 0.0), lambda a: sympy.Max(a, 0),
+    "relu", 1, lambda a: np.maximum(a, 0.0), lambda a: _sp().Max(a, 0),
     lambda a: (_c("select_gt", a, _zero(), _one(), _zero()),),  # relu'(0) = 0, as JAX
     numba=_relu_nb,
 ))
 register(FunctionDef(
-    "softplus", 1, _softplus_np, lambda a: sympy.log(1 + sympy.exp(a)),
+    "softplus", 1, _softplus_np, lambda a: _sp().log(1 + _sp().exp(a)),
     lambda a: (_c("sigmoid", a),),
     numba=_softplus_nb,
 ))

@@ -27,12 +27,13 @@ from fractions import Fraction
 
 import numbers
 
+import sys
+
 import numpy as np
-import sympy
 
 from . import bounds
 from .errors import IndexError_, InputError, TensorLangError, describe
-from .functions import expand_derivative, lookup
+from .functions import expand_derivative, lookup, sympy_module
 from .ir import (
     shape_of,
     Access,
@@ -81,8 +82,8 @@ class Domain:
     def const(self, v):
         if self.exact:
             if isinstance(v, float):
-                return sympy.Rational(Fraction(v))
-            return sympy.Integer(v) if isinstance(v, int) else sympy.sympify(v)
+                return sympy_module().Rational(Fraction(v))
+            return sympy_module().Integer(v) if isinstance(v, int) else sympy_module().sympify(v)
         try:
             return float(v)
         except OverflowError:
@@ -90,7 +91,7 @@ class Domain:
             raise TensorLangError(f"the constant {shown} does not fit a float64 (its limit is about 1.8e308)") from None
 
     def zero(self):
-        return sympy.Integer(0) if self.exact else 0.0
+        return sympy_module().Integer(0) if self.exact else 0.0
 
     def call(self, fn, args):
         fd = lookup(fn)
@@ -114,7 +115,7 @@ def zero_value(t: Type, sizes: dict, dom: Domain):
             if el is REAL_T:
                 arr = np.zeros(shape, dtype=dom.dtype)
                 if dom.exact:
-                    arr[...] = sympy.Integer(0)
+                    arr[...] = sympy_module().Integer(0)
                 return arr
             # tensors of pairs: an array of structs, built elementwise
             return _gen_values([zero_value(t.elem, sizes, dom) for _ in range(shape[0])], t.elem, sizes, dom)
@@ -345,11 +346,11 @@ def infer_sizes(constraints, given: dict) -> dict:
         for a, length, what in pending:
             expr = a.const
             for s, c in a.terms:
-                sv = syms.setdefault(s.name, sympy.Symbol(s.name, integer=True, nonnegative=True))
+                sv = syms.setdefault(s.name, sympy_module().Symbol(s.name, integer=True, nonnegative=True))
                 expr += c * (sizes[s.name] if s.name in sizes else sv)
-            eqs.append(sympy.Eq(expr, length))
-        sol = sympy.solve(eqs, list(syms.values()), dict=True)
-        if len(sol) != 1 or any(not sol[0].get(v, sympy.nan).is_integer for v in syms.values()):
+            eqs.append(sympy_module().Eq(expr, length))
+        sol = sympy_module().solve(eqs, list(syms.values()), dict=True)
+        if len(sol) != 1 or any(not sol[0].get(v, sympy_module().nan).is_integer for v in syms.values()):
             what = ", ".join(w for _, _, w in pending)
             raise InputError(f"cannot determine the sizes {sorted(syms)} from the shapes of {what}; pass them explicitly")
         for name, v in syms.items():
@@ -495,7 +496,8 @@ def _rebuild_value(t, path, arrays, v):
 def _is_object(val) -> bool:
     if isinstance(val, (tuple, list)) and len(val) == 2 and not isinstance(val, np.ndarray):
         return any(_is_object(x) for x in val)
-    if isinstance(val, sympy.Basic):
+    sp = sys.modules.get("sympy")  # no sympy object exists before sympy is imported (it is imported lazily)
+    if sp is not None and isinstance(val, sp.Basic):
         return True
     return isinstance(val, np.ndarray) and val.dtype == object
 
@@ -506,7 +508,8 @@ def _as_array(val, what, dom: Domain, finite: bool = True):
             arr = np.asarray(val, dtype=object)
         except Exception as exc:
             raise InputError(f"input {what} is not an array: {exc}") from None
-        bad = next((v for v in arr.flat if isinstance(v, bool) or not isinstance(v, (numbers.Real, sympy.Expr))), None)
+        ok = (numbers.Real, sympy_module().Expr)
+        bad = next((v for v in arr.flat if isinstance(v, bool) or not isinstance(v, ok)), None)
         if bad is not None:  # exact evaluation takes numbers and sympy terms, nothing else
             raise InputError(f"input {what} holds {type(bad).__name__} {bad!r}; expected real numbers or sympy expressions")
         return arr

@@ -13,11 +13,18 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import sympy
 
 from .errors import TensorLangError
 from .ir.expressions import Add, Call, Const, Expr, Mul
 from .ir.scope import walk
+
+
+def sympy_module():
+    """sympy, imported when an exact evaluation first needs it: it is most of
+    ``import tensorlang``'s time (~0.4 s), and float programs never use it."""
+    import sympy
+
+    return sympy
 
 
 @dataclass(frozen=True)
@@ -84,22 +91,22 @@ def call(name: str, *args: Expr) -> Expr:
 
 # -- built-ins ---------------------------------------------------------------
 
-register(FunctionDef("exp", 1, np.exp, sympy.exp, lambda x: (call("exp", x),)))
-register(FunctionDef("log", 1, np.log, sympy.log, lambda x: (call("div", Const(1), x),), domain="x > 0"))
-register(FunctionDef("sin", 1, np.sin, sympy.sin, lambda x: (call("cos", x),)))
-register(FunctionDef("cos", 1, np.cos, sympy.cos, lambda x: (neg(call("sin", x)),)))
+register(FunctionDef("exp", 1, np.exp, lambda x: sympy_module().exp(x), lambda x: (call("exp", x),)))
+register(FunctionDef("log", 1, np.log, lambda x: sympy_module().log(x), lambda x: (call("div", Const(1), x),), domain="x > 0"))
+register(FunctionDef("sin", 1, np.sin, lambda x: sympy_module().sin(x), lambda x: (call("cos", x),)))
+register(FunctionDef("cos", 1, np.cos, lambda x: sympy_module().cos(x), lambda x: (neg(call("sin", x)),)))
 register(
     FunctionDef(
         "tanh",
         1,
         np.tanh,
-        sympy.tanh,
+        lambda x: sympy_module().tanh(x),
         lambda x: (Add(Const(1), neg(Mul(call("tanh", x), call("tanh", x)))),),
     )
 )
 register(
     FunctionDef(
-        "sqrt", 1, np.sqrt, sympy.sqrt, lambda x: (call("div", Const(0.5), call("sqrt", x)),), domain="x >= 0"
+        "sqrt", 1, np.sqrt, lambda x: sympy_module().sqrt(x), lambda x: (call("div", Const(0.5), call("sqrt", x)),), domain="x >= 0"
     )
 )
 register(
@@ -117,7 +124,7 @@ register(
         "sigmoid",
         1,
         lambda x: 1.0 / (1.0 + np.exp(-x)),
-        lambda x: 1 / (1 + sympy.exp(-x)),
+        lambda x: 1 / (1 + sympy_module().exp(-x)),
         lambda x: (Mul(call("sigmoid", x), Add(Const(1), neg(call("sigmoid", x)))),),
     )
 )
@@ -135,7 +142,10 @@ def power_def(k: float) -> FunctionDef:
     if fd is not None:
         return fd
     kk = int(k) if float(k).is_integer() else k
-    ks = sympy.Integer(kk) if isinstance(kk, int) else sympy.nsimplify(kk)
+
+    def sympy_pow(x, kk=kk):
+        sp = sympy_module()
+        return x ** (sp.Integer(kk) if isinstance(kk, int) else sp.nsimplify(kk))
 
     def partials(x, kk=kk):
         if kk == 1:
@@ -148,7 +158,7 @@ def power_def(k: float) -> FunctionDef:
 
     dom = "all reals" if isinstance(kk, int) and kk >= 0 else ("x != 0" if isinstance(kk, int) else "x > 0")
     # setdefault: threads deriving the same power at once share one definition (atomic in CPython)
-    return _REGISTRY.setdefault(name, FunctionDef(name, 1, np_pow, lambda x, ks=ks: x**ks, partials, domain=dom))
+    return _REGISTRY.setdefault(name, FunctionDef(name, 1, np_pow, sympy_pow, partials, domain=dom))
 
 
 
@@ -195,7 +205,7 @@ def _scalar_eval(e: Expr, env: dict, exact: bool):
         case Var():
             return env[e]
         case Const(value=v):
-            return sympy.nsimplify(v) if exact else v
+            return sympy_module().nsimplify(v) if exact else v
         case Add(lhs=a, rhs=b):
             return _scalar_eval(a, env, exact) + _scalar_eval(b, env, exact)
         case Mul(lhs=a, rhs=b):

@@ -17,7 +17,6 @@ import re
 from functools import lru_cache
 
 import islpy as isl
-import sympy
 
 from .errors import UnsupportedError, describe
 from .ir import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, size_vars
@@ -211,22 +210,31 @@ def _is_subset_text(s: str, t: str) -> bool:
 
 # -- PwQPolynomial -> sympy ----------------------------------------------------
 
+
+def _sympy():
+    """sympy, imported by the first symbolic count: the access-bounds proofs of a
+    float program never need it, and it is most of ``import tensorlang``'s time."""
+    import sympy
+
+    return sympy
+
+
 _SYMS: dict = {}
 
 
-def size_symbol(name: str) -> sympy.Symbol:
+def size_symbol(name: str) -> "sympy.Symbol":
     s = _SYMS.get(name)
     if s is None:
-        s = _SYMS[name] = sympy.Symbol(name, integer=True)
+        s = _SYMS[name] = _sympy().Symbol(name, integer=True)
     return s
 
 
 def _locals(names: Names) -> dict:
-    loc = {"floor": sympy.floor}
+    loc = {"floor": _sympy().floor}
     for p in names.params:
         loc[param_name(p)] = size_symbol(p.name)
     for k, d in enumerate(names.dims):
-        loc[f"d{k}"] = sympy.Symbol(repr(d), integer=True)
+        loc[f"d{k}"] = _sympy().Symbol(repr(d), integer=True)
     return loc
 
 
@@ -239,31 +247,31 @@ def _parse_poly(text: str, loc: dict):
     if ":" in body:
         body = body.split(":", 1)[0]
     body = body.replace("^", "**")
-    return sympy.sympify(body, locals=loc) if body.strip() else sympy.Integer(0)
+    return _sympy().sympify(body, locals=loc) if body.strip() else _sympy().Integer(0)
 
 
 def _constraint(c, loc: dict):
     """An isl constraint as a sympy relation, integer divisions included
     (``(1 + n) mod 2 = 0`` is ``-1 - n + 2*floor((1 + n)/2) = 0``)."""
-    expr = sympy.Integer(0)
+    expr = _sympy().Integer(0)
     for key, val in c.get_coefficients_by_name().items():
-        v = sympy.Rational(str(val))
+        v = _sympy().Rational(str(val))
         if key == 1:
             expr += v
         elif isinstance(key, str):
             expr += v * loc[key]
     for k in range(c.get_local_space().dim(isl.dim_type.div)):
-        v = sympy.Rational(str(c.get_coefficient_val(isl.dim_type.div, k)))
+        v = _sympy().Rational(str(c.get_coefficient_val(isl.dim_type.div, k)))
         if v:
-            expr += v * sympy.floor(_parse_div(str(c.get_div(k)), loc))
-    return sympy.Eq(expr, 0) if c.is_equality() else (expr >= 0)
+            expr += v * _sympy().floor(_parse_div(str(c.get_div(k)), loc))
+    return _sympy().Eq(expr, 0) if c.is_equality() else (expr >= 0)
 
 
 def _parse_div(text: str, loc: dict):
     """``[n] -> { [(1 + n)/2] }`` -> ``(1 + n)/2`` (the caller applies the floor)."""
     m = re.search(r"\{\s*\[(.*)\]\s*\}", text, re.S)
     body = m.group(1) if m else text
-    return sympy.sympify(body.replace("^", "**"), locals=loc)
+    return _sympy().sympify(body.replace("^", "**"), locals=loc)
 
 
 def pwqp_to_sympy(pw: isl.PwQPolynomial, names: Names):
@@ -276,13 +284,13 @@ def pwqp_to_sympy(pw: isl.PwQPolynomial, names: Names):
         val = _parse_poly(str(qp), loc)
         conds = []
         for bs in dom.get_basic_sets():
-            conds.append(sympy.And(*[_constraint(c, loc) for c in bs.get_constraints()]))
-        pieces.append((val, sympy.Or(*conds)))
+            conds.append(_sympy().And(*[_constraint(c, loc) for c in bs.get_constraints()]))
+        pieces.append((val, _sympy().Or(*conds)))
     if not pieces:
-        return sympy.Integer(0)
-    if len(pieces) == 1 and pieces[0][1] is sympy.true:
-        return sympy.expand(pieces[0][0])
-    return sympy.Piecewise(*[(sympy.expand(v), c) for v, c in pieces], (0, True))
+        return _sympy().Integer(0)
+    if len(pieces) == 1 and pieces[0][1] is _sympy().true:
+        return _sympy().expand(pieces[0][0])
+    return _sympy().Piecewise(*[(_sympy().expand(v), c) for v, c in pieces], (0, True))
 
 
 

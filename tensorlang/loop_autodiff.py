@@ -295,16 +295,11 @@ def adjoint(prog, wrt, *, cotangent: str, mode: str = "sparse"):
     which imports this module for loop programs, so it is not imported back);
     ``mode="naive"``: the dense transposition, unsimplified."""
     from . import bounds
-    from .passes.adjoint import transpose
-    from .passes.naive_adjoint import naive_transpose
-    from .passes.pipeline import normalize
-    from .passes.simplify import simplify
+    from .driver import route
 
     seed = Var(cotangent, 0, type_of(prog))
-    if mode == "naive":
-        out = naive_transpose(normalize(prog), list(wrt), seed)
-    else:
-        out = simplify(transpose(normalize(prog), list(wrt), seed))
+    dt = "naive_adjoint" if mode == "naive" else "adjoint"  # the stage list's routes (tensorlang.driver)
+    out = route("adjoint naive" if mode == "naive" else "adjoint").run(prog, **{dt: {"wrt": list(wrt), "seed": seed}})
     bounds.inherit(out, prog)
     return out
 
@@ -312,10 +307,10 @@ def adjoint(prog, wrt, *, cotangent: str, mode: str = "sparse"):
 def derivative(prog, wrt):
     """``simplify(D⟦prog⟧)`` of a loop-free part; tangents are named ``d<name>``."""
     from . import bounds
-    from .passes.simplify import simplify
-    from .passes.total_derivative import tangent_inputs, total_derivative
+    from .driver import route
+    from .passes.total_derivative import tangent_inputs
 
-    out = simplify(total_derivative(prog, tangent_inputs(prog, list(wrt))))
+    out = route("derivative").run(prog, derivative={"sigma": tangent_inputs(prog, list(wrt))})
     bounds.inherit(out, prog)
     return out
 

@@ -9,23 +9,40 @@ tensor let under a loop kept as a per-iteration local array).  The lowering
 (``lower.py``) accepts exactly what this returns; there are no other
 candidate forms.  A construct outside the grammar is an UnsupportedError
 raised here, naming the sub-expression.
+
+It is the stage ``prepare`` of the one stage list (issue #14 item 1):
+:data:`PREPARE` declares its input grammar (a well-typed program) and its
+output grammar (``fusion.split_program`` accepts it), which debug mode
+asserts (``passes.pipeline.run_stage``); ``tensorlang.driver`` puts it after
+the passes, and the lowering takes what it returns.
 """
 
 from __future__ import annotations
 
-import sys
-
 from ..errors import TensorLangError
 from ..ir import Expr
+from ..passes.pipeline import Stage, deep_recursion, run_stage, well_typed
 from ..typecheck import check_program
+from .flatten import flatten
+from .fusion import split_program
 
-# Programs nested hundreds deep recurse that deep in every pass over them.
-RECURSION_LIMIT = 20000
+
+def in_backend_grammar(prog) -> str | None:
+    """The backend's input grammar: a let-block ``split_program`` accepts."""
+    try:
+        split_program(prog)
+    except TensorLangError as err:  # the checker's verdict, reported as the stage's violation
+        return f"outside the backend grammar: {err}"
+    return None
 
 
-def deep_recursion() -> None:
-    if sys.getrecursionlimit() < RECURSION_LIMIT:
-        sys.setrecursionlimit(RECURSION_LIMIT)
+def _flatten_checked(expr: Expr) -> Expr:
+    prog = flatten(expr)
+    split_program(prog)  # the grammar check: names the first right-hand side outside it
+    return prog
+
+
+PREPARE = Stage("prepare", _flatten_checked, well_typed, in_backend_grammar)
 
 
 def prepare(expr: Expr) -> Expr:
@@ -34,13 +51,8 @@ def prepare(expr: Expr) -> Expr:
     Raises TensorLangError for an ill-typed program and UnsupportedError
     (naming the sub-expression) for one the backend cannot lower.
     """
-    from .flatten import flatten
-    from .fusion import split_program
-
     if not isinstance(expr, Expr):
         raise TensorLangError(f"tl.compile needs a tensorlang expression, got {type(expr).__name__}")
     deep_recursion()
     check_program(expr)
-    prog = flatten(expr)
-    split_program(prog)  # the grammar check: names the first right-hand side outside it
-    return prog
+    return run_stage(PREPARE, expr)

@@ -13,11 +13,21 @@ Every function of the registry (``tensorlang.functions``) compiles:
   Python scalar function), or else its NumPy callable, compiled by
   ``numba.njit``.  One that Numba cannot compile is an UnsupportedError at
   compile time naming it.
+
+The machine code of a function whose code its source file fixes (a plain
+module-level function: no closure, no default values, no global other than
+modules; see :func:`cacheable`) is kept in Numba's on-disk cache, so a new
+process does not compile it again.  Numba keys that cache by the source
+file, the function's name and line, and drops the file's entries when the
+file changes (its size or time stamp), so an edited function is compiled
+again, never served stale; any other function is compiled in every process.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import types
 
 from ..errors import UnsupportedError
 from ..functions import lookup
@@ -60,6 +70,20 @@ def fingerprint(name: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def cacheable(f) -> bool:
+    """Does ``f``'s source file determine its compiled code (see the module doc)?"""
+    code = getattr(f, "__code__", None)
+    if code is None or getattr(f, "__closure__", None) or f.__defaults__ or f.__kwdefaults__:
+        return False
+    if any(isinstance(c, types.CodeType) for c in code.co_consts):  # nested functions or lambdas
+        return False
+    if not os.path.isfile(code.co_filename):  # <stdin>, exec'd text: no file to validate against
+        return False
+    g = getattr(f, "__globals__", {})
+    # a global value (not a module) may change without the file changing: not cached
+    return all(isinstance(g[n], types.ModuleType) for n in code.co_names if n in g)
+
+
 def check_compiles(name: str) -> None:
     """Compile the function for float64 arguments now, so a function Numba
     cannot compile is refused at compile time, not when a kernel runs."""
@@ -76,7 +100,7 @@ def kernel_function(name: str, dtype=None):
     if got is not None:
         return got[1]
     try:
-        jf = numba.njit(f, error_model="numpy")
+        jf = numba.njit(f, error_model="numpy", cache=cacheable(f))
         jf.compile((numba.float64,) * fd.arity)
     except Exception as exc:  # Numba's typing/lowering errors have no common base
         raise UnsupportedError(

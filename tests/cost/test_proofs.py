@@ -12,7 +12,7 @@ import os
 import pytest
 
 from proofs import runner
-from proofs.framework import FAIL, covered_numbers, load_rules
+from proofs.framework import FAIL, PASS, covered_numbers, load_rules
 
 
 def test_every_registered_rule_has_an_obligation():
@@ -62,13 +62,13 @@ QUICK = [ob.number for ob in runner.ordered() if ob.quick and ob.kind != "theore
 @pytest.mark.parametrize("number", QUICK)
 def test_quick_obligation(number):
     (r,) = runner.run(quick=True, only=[number])
-    assert r.verdict != FAIL, f"{r.number} {r.title}: {r.detail}"
+    assert r.verdict == PASS, f"{r.number} {r.title}: {r.verdict}: {r.detail}"
 
 
 @pytest.mark.parametrize("number", ["Theorem 6.1", "Theorem 6.55"])
 def test_quick_theorem(number):
     (r,) = runner.run(quick=True, only=[number])
-    assert r.verdict != FAIL, f"{r.number}: {r.detail}"
+    assert r.verdict == PASS, f"{r.number}: {r.verdict}: {r.detail}"
 
 
 def test_a_missing_module_fails_an_obligation_instead_of_passing_vacuously(monkeypatch):
@@ -87,3 +87,28 @@ def test_a_missing_module_fails_an_obligation_instead_of_passing_vacuously(monke
     monkeypatch.setattr(framework.importlib, "import_module", missing)
     r = framework.guarded("5.21", "gen pushout", framework.load_rules)
     assert r.verdict == framework.FAIL and "gen_pushout" in r.detail
+
+
+def test_an_obligation_that_checks_nothing_does_not_pass():
+    # issue 14 item 5: no instance fired, no stage available, an empty corpus:
+    # each is a verdict that fails the run (Result.ok, the exit status)
+    from proofs import __main__ as main, framework
+
+    empty = framework.Tally("5.21", "gen pushout").result()  # a generator that produced nothing
+    assert empty.verdict == framework.NOT_EXERCISED and not empty.ok
+    t = framework.Tally("5.21", "gen pushout", instances=3)
+    t.unavailable.append("cost: not available")
+    assert not t.result().ok  # instances, none checked
+    fired = framework.Tally("5.21", "gen pushout", instances=3, fired=3)
+    assert fired.result().ok
+    for verdict in (framework.NOT_IMPL, framework.NOT_AVAIL, framework.NOT_EXERCISED, FAIL):
+        assert not framework.Result("x", "t", verdict).ok
+
+    def vacuous(quick):
+        return framework.Result("9.99", "vacuous", framework.NOT_EXERCISED)
+
+    framework.OBLIGATIONS["9.99"] = framework.Obligation("9.99", 0, "rewrite", "vacuous", vacuous)
+    try:
+        assert main.main(["--only", "9.99"]) == 1
+    finally:
+        del framework.OBLIGATIONS["9.99"]

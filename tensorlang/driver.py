@@ -1,0 +1,142 @@
+"""The one stage list from the user's program to the kernel (issue #14 item 1).
+
+Paper Sections 5 (normal forms), 6 (D and Dᵀ) and 4.3 (the kernel); DESIGN.md
+"Layers and the pipeline".  The stages, in pipeline order, are data
+(:data:`STAGES`, each a ``passes.pipeline.Stage`` with its input and output
+grammar): sparse guard hoisting, sharing, let-lifting, pair elimination,
+gen pushout, tensor SSA, D or Dᵀ (dense Dᵀ for ``adjoint="naive"``),
+simplify, kernel preparation.  Lowering follows at the backend's boundary
+(``backend.api.compile`` lowers exactly what ``prepare`` returns).
+
+Every entry point runs a declared sub-sequence of that list,
+:data:`ROUTES` (the name of the entry point, with `` naive`` for the dense
+adjoint): ``tl.grad``, ``tl.value_and_grad``, ``tl.vjp``, ``tl.jvp``,
+``tl.derivative``, ``tl.adjoint``, ``tl.normalize``, ``tl.compile``,
+``tl.cost`` and ``tensorlang audit`` — and through them the benchmarks and
+the proofs.  No entry point decides a form on its own, and none retries:
+a stage's output is the next one's input.  In debug mode
+(``TENSORLANG_DEBUG=1``) each stage's input and output grammar is asserted
+(``passes.pipeline.run_stage``); ``passes.profile.tracing`` records the
+stages run, in order.
+
+Kernel preparation runs when the kernel is built (the derivative callables
+compile on their first call that needs a kernel, ``runtime.LazyKernel``), so
+:meth:`Route.run` runs the stages before it and the backend runs ``prepare``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backend.prepare import PREPARE
+from .errors import TensorLangError
+from .ir import Expr
+from .passes import pipeline as _p
+from .passes.pipeline import Stage, deep_recursion, run_stage
+from .typecheck import check_program
+
+STAGES: tuple = (*_p.PASS_STAGES, PREPARE)
+BY_NAME: dict = {s.name: s for s in STAGES}
+
+_FRONT = ("sharing", "let_lift", "pair_elim", "gen_pushout", "tensor_ssa")
+_TO_SSA = ("hoist_guards", *_FRONT)  # the derivative rules read tensor SSA, sparse guards hoisted (issue 16)
+
+ROUTE_NAMES: dict = {
+    "normalize": _FRONT,
+    "derivative": ("derivative", "simplify"),  # D of any expression (Fig. 13 needs no normal form)
+    "derivative raw": ("derivative",),
+    "adjoint": (*_TO_SSA, "adjoint", "simplify"),
+    "adjoint raw": (*_TO_SSA, "adjoint"),
+    "adjoint naive": (*_TO_SSA, "naive_adjoint"),
+    "grad": (*_TO_SSA, "adjoint", "simplify", "prepare"),
+    "grad naive": (*_TO_SSA, "naive_adjoint", "prepare"),
+    "value_and_grad": (*_TO_SSA, "adjoint", "simplify", "prepare"),
+    "value_and_grad naive": (*_TO_SSA, "naive_adjoint", "prepare"),
+    "vjp": (*_TO_SSA, "adjoint", "simplify", "prepare"),
+    "vjp naive": (*_TO_SSA, "naive_adjoint", "prepare"),
+    "jvp": (*_TO_SSA, "derivative", "simplify", "prepare"),
+    "compile": ("prepare",),
+    "cost": ("sharing",),
+    # the audit costs every stage's output; the derivative stages branch from
+    # the tensor-SSA row (D, raw Dᵀ, Dᵀ simplified, dense Dᵀ), in this order
+    "audit": (*_TO_SSA, "derivative", "adjoint", "simplify", "naive_adjoint"),
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """An entry point's stages, a sub-sequence of :data:`STAGES`."""
+
+    name: str
+    stages: tuple
+
+    @property
+    def names(self) -> tuple:
+        return tuple(s.name for s in self.stages)
+
+    def run(self, expr: Expr, **params) -> Expr:
+        """Run the stages before kernel preparation; ``params``: keyword
+        arguments per stage name (``adjoint={"wrt": ..., "seed": ...}``)."""
+        unknown = set(params) - set(self.names)
+        if unknown:
+            raise TensorLangError(f"internal: parameters for stages {sorted(unknown)} not on route {self.name!r}")
+        deep_recursion()
+        e = expr
+        skip = False
+        front = "tensor_ssa" in self.names
+        for st in self.stages:
+            if st.name == "prepare":  # the backend prepares when it builds the kernel
+                break
+            if front and (skip or _p.already_normal(st, e)):
+                skip = st.name != "gen_pushout"  # up to tensor_ssa, which canonicalizes
+                continue
+            e = run_stage(st, e, **params.get(st.name, {}))
+        return e
+
+
+def _route(name: str, names: tuple) -> Route:
+    order = [s.name for s in STAGES]
+    pos = [order.index(n) for n in names]  # ValueError on a name that is no stage
+    if pos != sorted(pos) and name != "audit":
+        raise AssertionError(f"route {name} is not in pipeline order: {names}")
+    return Route(name, tuple(BY_NAME[n] for n in names))
+
+
+ROUTES: dict = {name: _route(name, names) for name, names in ROUTE_NAMES.items()}
+
+
+def route(name: str) -> Route:
+    return ROUTES[name]
+
+
+def stage(name: str) -> Stage:
+    return BY_NAME[name]
+
+
+# --------------------------------------------------------------------------
+# Entry points whose whole route is here (the derivative ones are autodiff's)
+
+
+def normalize(expr: Expr) -> Expr:
+    """``tl.normalize``: the route sharing -> tensor SSA (``passes.pipeline.normalize``)."""
+    return _p.normalize(expr)
+
+
+def compile(expr: Expr, mode: str | None = None, threads=None, *, loops: str | None = None):  # noqa: A001
+    """``tl.compile``: kernel preparation (the stage ``prepare``), then lowering
+    (``backend.api.compile``, which prepares through :data:`PREPARE`)."""
+    from .backend.api import compile as _compile
+
+    return _compile(expr, mode, threads, loops=loops)
+
+
+def cost(expr: Expr, **sizes):
+    """``tl.cost``: the cost model (Fig. 6) of the program with its sharing
+    explicit (the stage ``sharing``; rule 4.32 charges a shared term once)."""
+    from . import costmodel
+
+    check_program(expr, "tl.cost")
+    return costmodel.cost(run_stage(_p.SHARING, expr), **sizes)
+
+
+__all__ = ["STAGES", "ROUTES", "ROUTE_NAMES", "Route", "route", "stage", "normalize", "compile", "cost"]
