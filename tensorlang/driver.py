@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from .backend.prepare import PREPARE
 from .errors import TensorLangError
 from .ir import Expr
+from .loops import has_loop
 from .passes import pipeline as _p
 from .passes.pipeline import Stage, deep_recursion, run_stage
 from .typecheck import check_program
@@ -43,6 +44,7 @@ _TO_SSA = ("hoist_guards", *_FRONT)  # the derivative rules read tensor SSA, spa
 
 ROUTE_NAMES: dict = {
     "normalize": _FRONT,
+    "normalize for derivatives": _TO_SSA,  # the input of the D and Dᵀ stages
     "derivative": ("derivative", "simplify"),  # D of any expression (Fig. 13 needs no normal form)
     "derivative raw": ("derivative",),
     "adjoint": (*_TO_SSA, "adjoint", "simplify"),
@@ -136,6 +138,11 @@ def cost(expr: Expr, **sizes):
     from . import costmodel
 
     check_program(expr, "tl.cost")
+    if has_loop(expr):
+        # a loop program is costed by its loop-free parts (init, Σ_t body, post),
+        # each shared by the cost model itself: sharing the whole program could
+        # let-bind the loop's init, and a loop must stay at top level
+        return costmodel.cost(expr, **sizes)
     return costmodel.cost(run_stage(_p.SHARING, expr), **sizes)
 
 

@@ -45,7 +45,7 @@ def _by_name(e, names):
 
 def stages(e, wrt_names):
     """``{stage: canonical program or error text}`` for one source program."""
-    from tensorlang import autodiff
+    from tensorlang import autodiff, driver
     from tensorlang.passes.gen_pushout import gen_pushout
     from tensorlang.passes.let_lift import let_lift
     from tensorlang.passes.pair_elim import pair_elim
@@ -67,7 +67,7 @@ def stages(e, wrt_names):
     pe = rec("pair_elim", lambda: pair_elim(ll)) if ll is not None else None
     if pe is not None:
         rec("gen_pushout", lambda: gen_pushout(pe))
-    rec("normalize", lambda: autodiff.normalize_for_adjoint(e))
+    rec("normalize", lambda: driver.route("normalize for derivatives").run(e))
     xs = _by_name(e, wrt_names)
     if xs:
         rec("derivative_raw", lambda: autodiff.derivative(e, xs, simplify=False))
