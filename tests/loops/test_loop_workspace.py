@@ -124,3 +124,15 @@ def test_concurrent_calls_from_threads_match_serial_calls():
 
 def test_step_programs_apply_at_this_T():
     assert T >= LK.DRIVER_MIN_STEPS
+
+
+def test_heat_benchmark_step_breakdown_runs():
+    """``python -m benchmarks.heat --steps`` (the per-step breakdown): every
+    sweep it times runs through the step programs at a small size."""
+    from benchmarks.heat import measure_steps
+
+    got = measure_steps(8, 36, 1)
+    for ck in ("all", "6"):
+        row = got[ck]
+        assert row["primal_step_us"] > 0 and row["forward_step_us"] > 0 and row["reverse_step_us"] > 0
+    assert got["all"]["reverse_step_state_in_cache_us"] > 0
