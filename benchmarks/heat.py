@@ -198,6 +198,65 @@ def measure_policies(n: int, T: int, repeats: int) -> dict:
     return out
 
 
+def measure_steps(n: int, T: int, repeats: int) -> dict:
+    """Microseconds per step (best CPU time of ``repeats`` sweeps / T) of the
+    step programs alone, for ``"all"`` and ``k = √T``: the primal's sweep
+    (two buffers), the gradient's forward sweep (into the checkpoint slots),
+    its reverse sweep, and a diagnostic reverse sweep whose every step reads
+    the state in slot 0 (cache-resident: the same operations on the wrong
+    state, its values unused), whose difference from the true one is the cost
+    of reading the stored states back from memory."""
+    import tensorlang as tl
+    from tensorlang import loop_autodiff as LA
+    from tensorlang.backend import loop_kernel as LK
+    from tensorlang.loops import normalize_checkpoint
+
+    d = data({"n": n, "T": T}, np.random.default_rng(0))
+    out = {"n": n, "T": T}
+
+    def cpu(fn):
+        fn()
+        best = math.inf
+        for _ in range(repeats):
+            c0 = time.process_time()
+            fn()
+            best = min(best, time.process_time() - c0)
+        return best / T * 1e6
+
+    for ck in ("all", max(1, math.isqrt(T))):
+        loss, ins = program("T", ck)
+        g = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])
+        g(**d)
+        rev = g.loop_program
+        lp, sp = rev.lp, rev.lp.sp
+        sizes, values = lp.sizes(d), dict(d)
+        s0 = lp.pre(values, sizes)
+        lp.invariants(values, sizes, T)
+        s0l, fargs = lp.table_args(values, sizes, s0)
+        fp, rp = lp.step_program(), rev._reverse_program()
+        ph = LK.build_value(sp.state.type, list(s0l))
+        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, rev.dstate: ph}, sizes, LK.t_name(sp),
+                               LK.row_sources(sp, sizes))
+        slots, fcode, rcode, _ = LA._tables(normalize_checkpoint(ck), T)
+        bufs = [np.empty((slots + 2,) + x.shape) for x in s0l]
+        pcode, _ = LK.forward_table(T)
+        pbufs = [np.empty((2,) + x.shape) for x in s0l]
+        hot = rcode.copy()
+        hot[:, 2] = np.where(hot[:, 0] == LK.REV, 0, hot[:, 2])
+
+        def rsweep(code):
+            ds = [np.ones_like(x) for x in s0l]
+            return lambda: rp.run("rev_prog", None, code, *s0l, *bufs, *ds, *[np.empty_like(x) for x in ds],
+                                  np.float64(0.0), *fargs, *rargs)
+
+        fp.run("fwd_prog", None, fcode, *s0l, *bufs, *fargs)
+        out[str(ck)] = {"primal_step_us": cpu(lambda: fp.run("fwd_prog", None, pcode, *s0l, *pbufs, *fargs)),
+                        "forward_step_us": cpu(lambda: fp.run("fwd_prog", None, fcode, *s0l, *bufs, *fargs)),
+                        "reverse_step_us": cpu(rsweep(rcode)),
+                        "reverse_step_state_in_cache_us": cpu(rsweep(hot)) if ck == "all" else None}
+    return out
+
+
 def loss_policy(ck):
     from tensorlang.loops import normalize_checkpoint
 
@@ -333,12 +392,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-build", action="store_true", help="skip the build-time measurement")
     p.add_argument("--memory", action="store_true", help="also the peak memory of one gradient call (fresh processes)")
+    p.add_argument("--steps", action="store_true", help="also the step programs' microseconds per step (measure_steps)")
     a = p.parse_args(argv)
     n = a.n or (32 if a.quick else 256)
     T = a.T or (50 if a.quick else 1000)
     res = {"load_average": os.getloadavg(), "tensorlang": measure_policies(n, T, a.repeats),
            "jax": measure_jax(n, T, a.repeats)}
     res["load_average_after"] = os.getloadavg()
+    if a.steps:
+        res["steps"] = measure_steps(n, T, a.repeats)
     if a.memory:
         res["memory"] = measure_memory(n, T)
     if not a.no_build:

@@ -38,6 +38,8 @@ and the peak number of stored states.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .errors import InputError, TensorLangError, UnsupportedError
@@ -125,6 +127,9 @@ class _Reverse:
         self.inv_vjp = [(v, fresh("d" + v.name)) for v, _ in hs]
         self.inv_vjp = [(v, c, vjp_part(e, xs, c)) for (v, c), (_, e) in zip(self.inv_vjp, hs)]
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
+        # the per-thread workspaces (``_buffers``); made here, not on first use,
+        # so two threads' first calls cannot replace each other's
+        self._pool = threading.local()
 
     def _reverse_program(self):
         """The body adjoint's step kernel with ``rev_prog`` (backend/loop_kernel.py), or None."""
@@ -141,10 +146,6 @@ class _Reverse:
         """State leaf ``k``'s checkpoint slots and two scratch states: one
         float64 array, kept per thread for the next call of the same shape
         (fresh memory costs page faults comparable to the sweep's arithmetic)."""
-        import threading
-
-        if not hasattr(self, "_pool"):
-            self._pool = threading.local()
         pool = getattr(self._pool, "bufs", None)
         if pool is None:
             pool = self._pool.bufs = {}
@@ -166,7 +167,7 @@ class _Reverse:
         values[cot_name] = cot
         return dict(zip((w.name for w in wrt), _unpack(part(values, sizes), len(wrt))))
 
-    def _sweeps(self, values, sizes, s0, policy, sch, T, finish, acc):
+    def _sweeps(self, values, sizes, s0, policy, T, finish, acc):
         """(value, the initial state's cotangent) with both sweeps in Numba
         (``fwd_prog`` up to the final state, ``rev_prog`` after it, over the
         schedule's table), or None where the step programs do not apply."""
@@ -184,8 +185,8 @@ class _Reverse:
                                LK.row_sources(sp, sizes))
         if rargs is None:
             return None
-        fcode, rcode, final = _tables(policy, T, sch)
-        bufs = [self._buffers(k, (sch.slots + 2,) + x.shape) for k, x in enumerate(s0l)]
+        slots, fcode, rcode, final = _tables(policy, T)
+        bufs = [self._buffers(k, (slots + 2,) + x.shape) for k, x in enumerate(s0l)]
         lp.step_program().run("fwd_prog", lp.threads, fcode, *s0l, *bufs, *fargs)
         # (the buffers are reused: the value must not be one)
         value, ds = finish(LK.build_value(sp.state.type, [b[final].copy() for b in bufs]))
@@ -273,10 +274,9 @@ class _Reverse:
         if T == 0:
             value, ds = finish(s0)
         else:
-            sch = schedule(policy, T)
-            got = self._sweeps(values, sizes, s0, policy, sch, T, finish, acc)
+            got = self._sweeps(values, sizes, s0, policy, T, finish, acc)
             if got is None:
-                value, ds = self._steps(values, sizes, s0, sch, finish, add, acc)
+                value, ds = self._steps(values, sizes, s0, schedule(policy, T), finish, add, acc)
             else:
                 value, ds = got
         for v, c, part in self.inv_vjp:  # the hoisted terms' cotangents, pulled back once
@@ -329,8 +329,11 @@ KEEP_BUFFER_BYTES = 1 << 30
 _TABLES: dict = {}
 
 
-def _tables(policy, T: int, sch):
-    """``loop_kernel.compile_schedule`` of a policy at ``T`` steps, remembered (a few entries)."""
+def _tables(policy, T: int):
+    """``(slots, forward table, reverse table, buffer of s_T)``:
+    ``loop_kernel.compile_schedule`` of a policy's schedule at ``T`` steps,
+    remembered (a few entries; the schedule's action list itself is not
+    kept: building it took 1 ms per gradient at T = 1000, 1% of heat's)."""
     from .backend.loop_kernel import compile_schedule
 
     key = (policy, T)
@@ -338,7 +341,8 @@ def _tables(policy, T: int, sch):
     if got is None:
         if len(_TABLES) > 32:
             _TABLES.clear()
-        got = _TABLES[key] = compile_schedule(sch, T)
+        sch = schedule(policy, T)
+        got = _TABLES[key] = (sch.slots,) + compile_schedule(sch, T)
     return got
 
 
