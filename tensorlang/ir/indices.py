@@ -107,7 +107,11 @@ class Aff(Node):
         return Aff(tuple((s, -c) for s, c in self.terms), -self.const)
 
     def __sub__(self, other):
-        return self + (-as_aff(other))
+        # one construction, not two (``self + (-other)``): the same canonical
+        # terms, and the negated coefficients have the magnitudes ``other``
+        # was already checked for
+        o = as_aff(other)
+        return Aff(self.terms + tuple((s, -c) for s, c in o.terms), self.const - o.const)
 
     def __rsub__(self, other):
         return as_aff(other) + (-self)
