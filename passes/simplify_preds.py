@@ -195,7 +195,13 @@ _DECIDED_MAX = 1 << 16
 def _slot(k: int) -> IndexVar:
     """The k-th binder's index in a decision's key (a namespace of its own:
     uids far below canonicalize's, so no program index is ever one)."""
-    return IndexVar(f"b{k}", -(1 << 40) - k)
+    while len(_SLOTS) <= k:  # kept: one per binder depth ever asked about
+        j = len(_SLOTS)
+        _SLOTS.append(IndexVar(f"b{j}", -(1 << 40) - j))
+    return _SLOTS[k]
+
+
+_SLOTS: list = []
 
 
 def decide(ctx: Ctx, p: Pred) -> Pred:
