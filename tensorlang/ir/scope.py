@@ -22,10 +22,9 @@ from .types_base import Type
 
 def free_vars(n: Node) -> frozenset:
     """Free value variables (``Var``) of an expression or predicate."""
-    try:
-        return n._fv
-    except AttributeError:
-        pass
+    fv = getattr(n, "_fv", None)  # (cheaper than catching the unset slot's AttributeError)
+    if fv is not None:
+        return fv
     if True:
         match n:
             case Var():
@@ -50,10 +49,9 @@ def free_vars(n: Node) -> frozenset:
 
 def free_indices(n: Node) -> frozenset:
     """Free index variables of an expression, predicate, affine index or type."""
-    try:
-        return n._fi
-    except AttributeError:
-        pass
+    fi = getattr(n, "_fi", None)  # (cheaper than catching the unset slot's AttributeError)
+    if fi is not None:
+        return fi
     if True:
         match n:
             case IndexVar():
@@ -82,10 +80,9 @@ def free_indices(n: Node) -> frozenset:
 
 def size_vars(n: Node) -> frozenset:
     """Size variables occurring anywhere in a node (including variable types)."""
-    try:
-        return n._sv
-    except AttributeError:
-        pass
+    sv = getattr(n, "_sv", None)  # (cheaper than catching the unset slot's AttributeError)
+    if sv is not None:
+        return sv
     if True:
         match n:
             case SizeVar():
