@@ -45,6 +45,9 @@ def _solve(cs: list, binds: list):
     for v, _n in binds:
         for k, c in enumerate(cs):
             if isinstance(c, Cmp) and c.op == "==":
+                # the coefficient first: the difference is built only for a hit
+                if c.lhs.coeff(v) - c.rhs.coeff(v) not in (1, -1):
+                    continue
                 d = c.lhs - c.rhs
                 co = d.coeff(v)
                 if co in (1, -1):
