@@ -42,7 +42,7 @@ def free_vars(n: Node) -> frozenset:
                             parts.append(free_vars(c))
                         elif isinstance(c, tuple):
                             parts.extend(free_vars(x) for x in c if isinstance(x, (Expr, Pred)))
-                fv = frozenset().union(*parts)
+                fv = _union(parts)
         object.__setattr__(n, "_fv", fv)
     return fv
 
@@ -73,7 +73,7 @@ def free_indices(n: Node) -> frozenset:
                         parts.append(free_indices(c))
                     elif isinstance(c, tuple):
                         parts.extend(free_indices(x) for x in c if isinstance(x, Node))
-                fi = frozenset().union(*parts)
+                fi = _union(parts)
         object.__setattr__(n, "_fi", fi)
     return fi
 
@@ -102,9 +102,23 @@ def size_vars(n: Node) -> frozenset:
                                 parts.append(size_vars(x))
                             elif isinstance(x, tuple):
                                 parts.extend(size_vars(y) for y in x if isinstance(y, Node))
-                sv = frozenset().union(*parts)
+                sv = _union(parts)
         object.__setattr__(n, "_sv", sv)
     return sv
+
+
+_EMPTY: frozenset = frozenset()
+
+
+def _union(parts: list) -> frozenset:
+    """The union of the children's sets; a lone child's set itself (no copy:
+    most nodes have one or two children, and every new node asks)."""
+    if not parts:
+        return _EMPTY
+    if len(parts) == 1:
+        return parts[0]
+    a, *rest = parts
+    return a.union(*rest)
 
 
 def subst(n: Node, vals: dict | None = None, idx: dict | None = None) -> Node:
