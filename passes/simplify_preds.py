@@ -45,6 +45,9 @@ def _solve(cs: list, binds: list):
     for v, _n in binds:
         for k, c in enumerate(cs):
             if isinstance(c, Cmp) and c.op == "==":
+                # the coefficient first: the difference is built only for a hit
+                if c.lhs.coeff(v) - c.rhs.coeff(v) not in (1, -1):
+                    continue
                 d = c.lhs - c.rhs
                 co = d.coeff(v)
                 if co in (1, -1):
@@ -195,7 +198,13 @@ _DECIDED_MAX = 1 << 16
 def _slot(k: int) -> IndexVar:
     """The k-th binder's index in a decision's key (a namespace of its own:
     uids far below canonicalize's, so no program index is ever one)."""
-    return IndexVar(f"b{k}", -(1 << 40) - k)
+    while len(_SLOTS) <= k:  # kept: one per binder depth ever asked about
+        j = len(_SLOTS)
+        _SLOTS.append(IndexVar(f"b{j}", -(1 << 40) - j))
+    return _SLOTS[k]
+
+
+_SLOTS: list = []
 
 
 def decide(ctx: Ctx, p: Pred) -> Pred:
@@ -231,7 +240,34 @@ def _renamed(x, ren: dict):
     fi = free_indices(x)
     if not any(i in ren for i in fi):
         return x
+    got = _renamed_flat(x, ren)
+    if got is not None:
+        return got
     return subst(x, idx={i: a for i, a in ren.items() if i in fi})
+
+
+def _renamed_flat(p, ren: dict):
+    """``subst(p, idx=ren)`` for a binder-free predicate (comparisons under
+    ``∧``/``∨``), without substitution's set-up: every term of a derivative
+    asks :func:`decide` once and is renamed twice (issue #14 item 6).  None
+    for anything else (a binder or a relation: ``subst`` handles capture)."""
+    t = type(p)
+    if t is Cmp:
+        a, b = p.lhs.subst(ren), p.rhs.subst(ren)
+        return p if a is p.lhs and b is p.rhs else Cmp(p.op, a, b)
+    if t is And or t is Or:
+        a = _renamed_flat(p.lhs, ren)
+        if a is None:
+            return None
+        b = _renamed_flat(p.rhs, ren)
+        if b is None:
+            return None
+        return p if a is p.lhs and b is p.rhs else t(a, b)
+    if t is BoolLit:
+        return p
+    if t is Aff:  # a binder's extent
+        return p.subst(ren)
+    return None
 
 
 def _decide(ctx: Ctx, p: Pred) -> Pred:

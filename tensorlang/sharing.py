@@ -90,17 +90,32 @@ def _size(e: Expr) -> int:
 
 def shared_terms(e: Expr) -> list:
     """Sub-terms with more than one parent edge in the DAG that do work."""
+    # (the loop of _binder_free_children inlined: a generator per node was
+    # most of this scan, which simplify runs on every round of a long
+    # derivative, issue #14 item 6; same visit order, same result)
     uses: dict = {}
     seen = set()
     stack = [e]
+    pop, push, get = stack.pop, stack.append, uses.get
     while stack:
-        x = stack.pop()
+        x = pop()
         if x in seen:
             continue
         seen.add(x)
-        for c in _binder_free_children(x):
-            uses[c] = uses.get(c, 0) + 1
-            stack.append(c)
+        bound = x.var if isinstance(x, Let) else None
+        for c in x._children(x):
+            if isinstance(c, Expr):
+                if c is bound:
+                    continue
+                uses[c] = get(c, 0) + 1
+                push(c)
+            elif isinstance(c, tuple):
+                for y in c:
+                    if isinstance(y, Expr):
+                        if y is bound:
+                            continue
+                        uses[y] = get(y, 0) + 1
+                        push(y)
     return [x for x, k in uses.items() if k > 1 and has_work(x)]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as _np
 
 from ..errors import IndexError_, TensorLangError, describe
-from .nodes import Node, node
+from .nodes import _TABLE, Node, node
 from .types_base import Type
 
 # --------------------------------------------------------------------------
@@ -78,6 +78,12 @@ class Aff(Node):
                 ((s, c),) = terms
                 if type(c) is int and -INDEX_LIMIT <= c <= INDEX_LIMIT and isinstance(s, Sym):
                     return (((s, c),) if c else (), const)
+            elif len(terms) == 2:  # two distinct symbols, non-zero: only the order to fix
+                (s, c), (t, d) = terms
+                if (s is not t and type(c) is int and type(d) is int and c and d
+                        and -INDEX_LIMIT <= c <= INDEX_LIMIT and -INDEX_LIMIT <= d <= INDEX_LIMIT
+                        and isinstance(s, Sym) and isinstance(t, Sym)):
+                    return (((s, c), (t, d)) if _sym_key(s) <= _sym_key(t) else ((t, d), (s, c)), const)
         acc: dict = {}
         order = []
         for s, c in terms:
@@ -107,7 +113,11 @@ class Aff(Node):
         return Aff(tuple((s, -c) for s, c in self.terms), -self.const)
 
     def __sub__(self, other):
-        return self + (-as_aff(other))
+        # one construction, not two (``self + (-other)``): the same canonical
+        # terms, and the negated coefficients have the magnitudes ``other``
+        # was already checked for
+        o = as_aff(other)
+        return Aff(self.terms + tuple((s, -c) for s, c in o.terms), self.const - o.const)
 
     def __rsub__(self, other):
         return as_aff(other) + (-self)
@@ -271,6 +281,14 @@ def as_aff(x) -> Aff:
 
 
 def sym_aff(s: Sym) -> Aff:
+    # the interning table read directly (the constructor's normalization is
+    # the identity on one unit term): passes ask for an index's affine form
+    # per binder, per substitution and per renaming (issue #14 item 6)
+    ref = _TABLE.get((Aff, ((s, 1),), 0))
+    if ref is not None:
+        a = ref()
+        if a is not None:
+            return a
     return Aff(((s, 1),), 0)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 
 from .expressions import _VALUE_SORTS, Const, Expr, Gen, Let, Loop, Sum, Var
-from .indices import Aff, BoolLit, Exists, IndexVar, Pred, Rel, Relation, SizeVar, as_aff, sym_aff
+from .indices import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, Relation, SizeVar, as_aff, sym_aff
 from .nodes import Node, children, fresh_uid, rebuild
 from .types_base import Type
 
@@ -22,10 +22,9 @@ from .types_base import Type
 
 def free_vars(n: Node) -> frozenset:
     """Free value variables (``Var``) of an expression or predicate."""
-    try:
-        return n._fv
-    except AttributeError:
-        pass
+    fv = getattr(n, "_fv", None)  # (cheaper than catching the unset slot's AttributeError)
+    if fv is not None:
+        return fv
     if True:
         match n:
             case Var():
@@ -43,17 +42,16 @@ def free_vars(n: Node) -> frozenset:
                             parts.append(free_vars(c))
                         elif isinstance(c, tuple):
                             parts.extend(free_vars(x) for x in c if isinstance(x, (Expr, Pred)))
-                fv = frozenset().union(*parts)
+                fv = _union(parts)
         object.__setattr__(n, "_fv", fv)
     return fv
 
 
 def free_indices(n: Node) -> frozenset:
     """Free index variables of an expression, predicate, affine index or type."""
-    try:
-        return n._fi
-    except AttributeError:
-        pass
+    fi = getattr(n, "_fi", None)  # (cheaper than catching the unset slot's AttributeError)
+    if fi is not None:
+        return fi
     if True:
         match n:
             case IndexVar():
@@ -75,17 +73,16 @@ def free_indices(n: Node) -> frozenset:
                         parts.append(free_indices(c))
                     elif isinstance(c, tuple):
                         parts.extend(free_indices(x) for x in c if isinstance(x, Node))
-                fi = frozenset().union(*parts)
+                fi = _union(parts)
         object.__setattr__(n, "_fi", fi)
     return fi
 
 
 def size_vars(n: Node) -> frozenset:
     """Size variables occurring anywhere in a node (including variable types)."""
-    try:
-        return n._sv
-    except AttributeError:
-        pass
+    sv = getattr(n, "_sv", None)  # (cheaper than catching the unset slot's AttributeError)
+    if sv is not None:
+        return sv
     if True:
         match n:
             case SizeVar():
@@ -105,9 +102,23 @@ def size_vars(n: Node) -> frozenset:
                                 parts.append(size_vars(x))
                             elif isinstance(x, tuple):
                                 parts.extend(size_vars(y) for y in x if isinstance(y, Node))
-                sv = frozenset().union(*parts)
+                sv = _union(parts)
         object.__setattr__(n, "_sv", sv)
     return sv
+
+
+_EMPTY: frozenset = frozenset()
+
+
+def _union(parts: list) -> frozenset:
+    """The union of the children's sets; a lone child's set itself (no copy:
+    most nodes have one or two children, and every new node asks)."""
+    if not parts:
+        return _EMPTY
+    if len(parts) == 1:
+        return parts[0]
+    a, *rest = parts
+    return a.union(*rest)
 
 
 def subst(n: Node, vals: dict | None = None, idx: dict | None = None) -> Node:
@@ -122,10 +133,38 @@ def subst(n: Node, vals: dict | None = None, idx: dict | None = None) -> Node:
     idx = {k: v for k, v in idx.items() if v is not sym_aff(k)}
     if not vals and not idx:
         return n
+    if not vals and type(n) in _FLAT:
+        got = _subst_flat(n, idx)
+        if got is not None:
+            return got
     captured_i = frozenset().union(*(free_indices(v) for v in vals.values()), *(a.index_vars() for a in idx.values()))
     captured_v = frozenset().union(*(free_vars(v) for v in vals.values()))
     memo: dict = {}
     return _subst(n, vals, idx, captured_i, captured_v, memo)
+
+
+def _subst_flat(p, idx):
+    """``subst(p, idx=idx)`` of a binder-free predicate (comparisons under
+    ``∧``/``∨``; nothing to capture), without the set-up of the general walk:
+    the derivative rules and the simplifier rename filters per term (issue
+    #14 item 6).  None when ``p`` has a binder or a relation."""
+    t = type(p)
+    if t is Cmp:
+        a, b = p.lhs.subst(idx), p.rhs.subst(idx)
+        return p if a is p.lhs and b is p.rhs else Cmp(p.op, a, b)
+    if t is And or t is Or:
+        a = _subst_flat(p.lhs, idx)
+        if a is None:
+            return None
+        b = _subst_flat(p.rhs, idx)
+        if b is None:
+            return None
+        return p if a is p.lhs and b is p.rhs else t(a, b)
+    if t is BoolLit:
+        return p
+    if t is Aff:
+        return p.subst(idx)
+    return None
 
 
 def _subst(n, vals, idx, cap_i, cap_v, memo):
@@ -144,6 +183,12 @@ def _subst(n, vals, idx, cap_i, cap_v, memo):
     got = memo.get(n)
     if got is not None:
         return got
+    if _BINDS.get(type(n)) is False:
+        # most nodes bind nothing: their children substituted, without the
+        # class tests of the match below (issue #14 item 6)
+        out = rebuild(n, [_subst(c, vals, idx, cap_i, cap_v, memo) for c in n._children(n)])
+        memo[n] = out
+        return out
     match n:
         case Var():
             out = vals.get(n, n)
@@ -182,9 +227,14 @@ def _subst(n, vals, idx, cap_i, cap_v, memo):
                 i = j
             out = Loop(a2, e0b, i, v, _subst(b, inner_vals, inner_idx, cap_i, cap_v, {}), ck)
         case _:
+            _BINDS[type(n)] = False  # none of the cases above: a plain node, every time
             out = rebuild(n, (_subst(c, vals, idx, cap_i, cap_v, memo) for c in children(n)))
     memo[n] = out
     return out
+
+
+_FLAT = frozenset((Cmp, And, Or, BoolLit, Aff))  # the kinds _subst_flat starts on
+_BINDS: dict = {}  # node class -> False when _subst treats it as a plain node
 
 
 # --------------------------------------------------------------------------
