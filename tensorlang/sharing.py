@@ -270,6 +270,14 @@ def _bind(e: Expr, shared: set) -> Expr:
                 out.append(s)
         return out
 
+    # the shared terms that mention each binder: a binder none of them
+    # mentions homes no term, so its body is not searched (a chain of N lets
+    # searched every body: O(N²))
+    mentioning: dict = {}
+    for s in shared:
+        for b in (free_vars(s) - inputs) | (free_indices(s) - outer_fi):
+            mentioning.setdefault(b, []).append(s)
+
     def occurs(body: Expr) -> list:
         found, seen, stack = [], set(), [body]
         while stack:
@@ -290,7 +298,10 @@ def _bind(e: Expr, shared: set) -> Expr:
             # term is computed (and costed, Fig. 6 4.33) only where the
             # bracket holds, and a sum keeps its bracket (4.30 (**))
             return Iverson(body.pred, wrap(body.body, bound_v, bound_i, var))
-        here = sorted(homed(occurs(body), bound_v, bound_i, var), key=_size)
+        if var is not None and var not in mentioning:
+            here = []  # what homed(occurs(body), …) gives when no shared term mentions var
+        else:
+            here = sorted(homed(occurs(body), bound_v, bound_i, var), key=_size)
         if not here:
             return go(body, bound_v, bound_i)
         repl: dict = {}

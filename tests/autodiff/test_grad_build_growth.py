@@ -43,3 +43,38 @@ def test_gradient_building_grows_near_linearly():
     calls_to_build(4)  # imports and first-use registrations out of the way
     small, large = calls_to_build(25), calls_to_build(100)
     assert large < 6 * small, (small, large)
+
+
+def product_chain(N: int):
+    """x[0] + Σ_k x[k mod 3]·x[(k+1) mod 3]: three products, each repeated,
+    shared by explicit sharing; simplify re-shares a let chain of N bindings."""
+    e = x[0]
+    for k in range(1, N):
+        e = e + x[k % 3] * x[(k + 1) % 3]
+    return e
+
+
+def calls_to_build_products(N: int) -> int:
+    loss = product_chain(N)
+    prof = cProfile.Profile()
+    prof.enable()
+    prog = _grad_derive(loss, [x], "sparse", Var("dy", 0, REAL), False)
+    prof.disable()
+    X = [1.0, 2.0, 3.0]
+    want = [1.0, 0.0, 0.0]
+    for k in range(1, N):
+        a, b = k % 3, (k + 1) % 3
+        want[a] += X[b]
+        want[b] += X[a]
+    got = tl.evaluate(prog, x=X, n=3)
+    assert [float(g) for g in got] == want
+    return pstats.Stats(prof).total_calls
+
+
+def test_gradient_of_a_product_chain_grows_near_linearly():
+    """Explicit sharing searched the whole rest of a let chain for shared
+    terms at every binding that no shared term mentions (O(N²): 1000 terms
+    took 28.6 s to build, 500 took 8.0 s; now 1.6 s and 0.74 s)."""
+    calls_to_build_products(4)
+    small, large = calls_to_build_products(40), calls_to_build_products(160)
+    assert large < 6 * small, (small, large)
