@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tensorlang.errors import TensorLangError, UnsupportedError
 from tensorlang.ir import (
-    FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, as_aff, children, conj, disj, free_indices, subst,
+    FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, as_aff, children, conj, disj, free_indices, subst, subst_flat,
     sym_aff,
 )
 
@@ -240,34 +240,10 @@ def _renamed(x, ren: dict):
     fi = free_indices(x)
     if not any(i in ren for i in fi):
         return x
-    got = _renamed_flat(x, ren)
+    got = subst_flat(x, ren)  # binder-free: without subst's set-up (a derivative renames per term)
     if got is not None:
         return got
     return subst(x, idx={i: a for i, a in ren.items() if i in fi})
-
-
-def _renamed_flat(p, ren: dict):
-    """``subst(p, idx=ren)`` for a binder-free predicate (comparisons under
-    ``∧``/``∨``), without substitution's set-up: every term of a derivative
-    asks :func:`decide` once and is renamed twice (issue #14 item 6).  None
-    for anything else (a binder or a relation: ``subst`` handles capture)."""
-    t = type(p)
-    if t is Cmp:
-        a, b = p.lhs.subst(ren), p.rhs.subst(ren)
-        return p if a is p.lhs and b is p.rhs else Cmp(p.op, a, b)
-    if t is And or t is Or:
-        a = _renamed_flat(p.lhs, ren)
-        if a is None:
-            return None
-        b = _renamed_flat(p.rhs, ren)
-        if b is None:
-            return None
-        return p if a is p.lhs and b is p.rhs else t(a, b)
-    if t is BoolLit:
-        return p
-    if t is Aff:  # a binder's extent
-        return p.subst(ren)
-    return None
 
 
 def _decide(ctx: Ctx, p: Pred) -> Pred:

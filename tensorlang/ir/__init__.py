@@ -113,6 +113,7 @@ from .scope import (  # noqa: F401
     relations_of,
     size_vars,
     subst,
+    subst_flat,
     walk,
 )
 

@@ -134,7 +134,7 @@ def subst(n: Node, vals: dict | None = None, idx: dict | None = None) -> Node:
     if not vals and not idx:
         return n
     if not vals and type(n) in _FLAT:
-        got = _subst_flat(n, idx)
+        got = subst_flat(n, idx)
         if got is not None:
             return got
     captured_i = frozenset().union(*(free_indices(v) for v in vals.values()), *(a.index_vars() for a in idx.values()))
@@ -143,7 +143,7 @@ def subst(n: Node, vals: dict | None = None, idx: dict | None = None) -> Node:
     return _subst(n, vals, idx, captured_i, captured_v, memo)
 
 
-def _subst_flat(p, idx):
+def subst_flat(p, idx):
     """``subst(p, idx=idx)`` of a binder-free predicate (comparisons under
     ``∧``/``∨``; nothing to capture), without the set-up of the general walk:
     the derivative rules and the simplifier rename filters per term (issue
@@ -153,10 +153,10 @@ def _subst_flat(p, idx):
         a, b = p.lhs.subst(idx), p.rhs.subst(idx)
         return p if a is p.lhs and b is p.rhs else Cmp(p.op, a, b)
     if t is And or t is Or:
-        a = _subst_flat(p.lhs, idx)
+        a = subst_flat(p.lhs, idx)
         if a is None:
             return None
-        b = _subst_flat(p.rhs, idx)
+        b = subst_flat(p.rhs, idx)
         if b is None:
             return None
         return p if a is p.lhs and b is p.rhs else t(a, b)
@@ -233,7 +233,7 @@ def _subst(n, vals, idx, cap_i, cap_v, memo):
     return out
 
 
-_FLAT = frozenset((Cmp, And, Or, BoolLit, Aff))  # the kinds _subst_flat starts on
+_FLAT = frozenset((Cmp, And, Or, BoolLit, Aff))  # the kinds subst_flat starts on
 _BINDS: dict = {}  # node class -> False when _subst treats it as a plain node
 
 
