@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+from tests.nbody import nbody, nbody_grad_ref
 from tensorlang.backend import kir as K
 from tensorlang.backend.contract import contract, fuse_loops
 from tensorlang.backend.loopir import Alloc, Assign, Loop, Store, loops, walk_stmts
 
-EPS = 0.01
 
 
 def _sized_dims(alloc) -> int:
@@ -23,26 +23,10 @@ def _allocs(ir):
     return list(ir.allocs) + [s for s in walk_stmts(ir.body) if isinstance(s, Alloc)]
 
 
-def _nbody():
-    n = tl.size("n")
-    p = tl.tensor("p", n, 3)
-
-    def pair(i, j):
-        d2 = tl.sum(3, lambda k: (p[i, k] - p[j, k]) ** 2)
-        return tl.iverson(i < j, 1.0 / tl.sqrt(d2 + EPS))
-
-    return tl.sum([n, n], pair), p
-
-
-def _nbody_grad_ref(p):
-    diff = p[:, None, :] - p[None, :, :]
-    w = ((diff**2).sum(-1) + EPS) ** -1.5
-    np.fill_diagonal(w, 0.0)
-    return -(w[:, :, None] * diff).sum(axis=1)
 
 
 def test_nbody_gradient_allocates_no_n_by_n_temporary():
-    loss, p = _nbody()
+    loss, p = nbody()
     g = tl.grad(loss, wrt=[p])
     ir = tl.compile(g.program).loop_ir
     big = [a for a in _allocs(ir) if _sized_dims(a) >= 2]
@@ -53,10 +37,10 @@ def test_nbody_gradient_allocates_no_n_by_n_temporary():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 9, 40])
 def test_nbody_gradient_matches_numpy(n):
-    loss, p = _nbody()
+    loss, p = nbody()
     g = tl.grad(loss, wrt=[p])
     x = np.random.default_rng(n).uniform(-1, 1, (n, 3))
-    np.testing.assert_allclose(np.asarray(g(p=x)), _nbody_grad_ref(x), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(g(p=x)), nbody_grad_ref(x), rtol=1e-12, atol=1e-12)
 
 
 def test_rectangular_pairwise_gradient_rows_and_columns():

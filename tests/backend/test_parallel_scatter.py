@@ -22,29 +22,13 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+from tests.nbody import nbody, nbody_grad_ref
 from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import split_scatters
 from tensorlang.backend.loopir import Alloc, Loop, Store, walk_stmts
 
-EPS = 0.01
 
 
-def _nbody():
-    n = tl.size("n")
-    p = tl.tensor("p", n, 3)
-
-    def pair(i, j):
-        d2 = tl.sum(3, lambda k: (p[i, k] - p[j, k]) ** 2)
-        return tl.iverson(i < j, 1.0 / tl.sqrt(d2 + EPS))
-
-    return tl.sum([n, n], pair), p
-
-
-def _nbody_grad_ref(p):
-    diff = p[:, None, :] - p[None, :, :]
-    w = ((diff**2).sum(-1) + EPS) ** -1.5
-    np.fill_diagonal(w, 0.0)
-    return -(w[:, :, None] * diff).sum(axis=1)
 
 
 def _least_squares():
@@ -81,7 +65,7 @@ def _split_parts(ir):
 
 
 def test_nbody_gradient_has_a_parallel_scatter_variant():
-    loss, p = _nbody()
+    loss, p = nbody()
     ir = tl.compile(tl.grad(loss, wrt=[p]).program, threads=2).loop_ir
     assert any(lp.kind == "scatter" and not lp.parallel for lp in walk_stmts(ir.body) if isinstance(lp, Loop))
     chunks, parts, slabs = _split_parts(ir)
@@ -92,25 +76,25 @@ def test_nbody_gradient_has_a_parallel_scatter_variant():
 
 
 def test_nbody_two_threads_vs_one():
-    loss, p = _nbody()
+    loss, p = nbody()
     x = np.random.default_rng(7).uniform(-1, 1, (700, 3))
     g1 = tl.grad(loss, wrt=[p], threads=1)
     g2 = tl.grad(loss, wrt=[p], threads=2)
     a1, a2, a2b = g1(p=x), g2(p=x), g2(p=x)
     np.testing.assert_allclose(a2, a1, rtol=1e-11, atol=1e-11)
-    np.testing.assert_allclose(a2, _nbody_grad_ref(x), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(a2, nbody_grad_ref(x), rtol=1e-10, atol=1e-10)
     np.testing.assert_array_equal(a2, a2b)  # bitwise, the same thread count
     assert not np.array_equal(a2, a1)  # the chunked order did run (sums differ by rounding)
 
 
 def test_small_nbody_keeps_the_serial_order():
     # n = 20: 2 x 20 x 3 outputs x 2 threads x 4 > the ~210 pair iterations: serial
-    loss, p = _nbody()
+    loss, p = nbody()
     x = np.random.default_rng(8).uniform(-1, 1, (20, 3))
     a1 = tl.grad(loss, wrt=[p], threads=1)(p=x)
     a2 = tl.grad(loss, wrt=[p], threads=2)(p=x)
     np.testing.assert_array_equal(a2, a1)
-    np.testing.assert_allclose(a2, _nbody_grad_ref(x), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(a2, nbody_grad_ref(x), rtol=1e-12, atol=1e-12)
 
 
 def test_sparse_least_squares_two_threads_vs_one():
