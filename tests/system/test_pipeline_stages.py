@@ -231,5 +231,9 @@ def test_kernel_preparation_grammars_are_checked_in_debug_mode():
     finally:
         pipeline.debug(prev)
     # outside debug mode the stage itself refuses, naming the sub-expression
-    with pytest.raises(UnsupportedError, match=r"gen-pushout normal form.*access of a non-variable: \(gen"):
-        pipeline.run_stage(prep, loss)
+    prev = pipeline.debug(False)
+    try:
+        with pytest.raises(UnsupportedError, match=r"gen-pushout normal form.*access of a non-variable: \(gen"):
+            pipeline.run_stage(prep, loss)
+    finally:
+        pipeline.debug(prev)
