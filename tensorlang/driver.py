@@ -200,11 +200,12 @@ def prepare(expr: Expr) -> Expr:
     return _prepare(_compile_front(expr))
 
 
-def python_kernel(expr: Expr, mode: str = "sparse"):
-    """The route "compile" with the kernel run as plain Python (differential tests)."""
+def python_kernel(expr: Expr, mode: str | None = None, threads=None, *, loops: str | None = None):
+    """The route "compile" with the kernel run as plain Python (differential
+    tests; a loop program's parts each compile through :func:`compile`)."""
     from .backend.api import python_kernel as _python_kernel
 
-    return _python_kernel(expr, mode, front=_compile_front)
+    return _python_kernel(expr, mode, threads, loops=loops, front=_compile_front)
 
 
 def cost(expr: Expr, **sizes):

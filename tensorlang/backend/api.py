@@ -569,11 +569,12 @@ def _check_options(expr, mode, threads):
     bounds.check_program(expr)  # every access proven in range, or refused
 
 
-def python_kernel(expr: Expr, mode: str = "sparse", *, front=None) -> Kernel:
-    """The generated kernel run as plain Python (no Numba, no disk cache): the
-    same source, for fast differential tests of the lowering."""
+def python_kernel(expr: Expr, mode: str | None = None, threads=None, *, loops=None, front=None) -> Kernel:
+    """:func:`compile`'s kernel run as plain Python, serially (no Numba, no disk
+    cache): the same source, for fast differential tests of the lowering."""
     from .prepare import prepare
 
+    mode = lowering_mode(mode, loops)
     _check_options(expr, mode, 1)
     k = Kernel(expr, mode, 1, prepare(front(expr) if front else expr))
     k.python = True
@@ -582,11 +583,10 @@ def python_kernel(expr: Expr, mode: str = "sparse", *, front=None) -> Kernel:
 
 
 def compile(expr: Expr, mode: str | None = None, threads=None, *, loops: str | None = None, front=None) -> Kernel:  # noqa: A001
-    """Compile ``expr`` to a kernel (see module doc), built now: what the backend
-    cannot lower is refused here.  ``loops="sparse"`` (default) or ``"box"``
-    (``mode="naive"``).  ``front``: the driver's stages before ``prepare``
-    (the route "compile"), run on each loop-free program or loop part;
-    without it ``expr`` must be in prepare's input grammar already."""
+    """Compile ``expr`` to a kernel (module doc), built now: what the backend cannot
+    lower is refused here.  ``loops="sparse"`` (default) or ``"box"`` (``mode="naive"``).
+    ``front``: the driver's stages before ``prepare`` (the route "compile"), run on each
+    loop-free program or loop part; without it ``expr`` must be in prepare's input grammar."""
     from .prepare import prepare
 
     mode = lowering_mode(mode, loops)
