@@ -65,8 +65,9 @@ ROUTE_NAMES: dict = {
     "vjp": (*_TO_SSA, "adjoint", "simplify", "prepare"),
     "vjp naive": (*_TO_SSA, "naive_adjoint", "prepare"),
     "jvp": (*_TO_SSA, "derivative", "simplify", "prepare"),
-    # the primal kernel: the front stages up to gen pushout (tensor SSA's
-    # extra naming measured no faster, and slower on quadform), then the backend
+    # the primal kernel: the front stages up to gen pushout, prepare's input
+    # grammar (going on to tensor SSA gave no faster primal kernel on the
+    # benchmark programs, session 6: fusion merges its names back), then the backend
     "compile": (*_TO_SSA[:-1], "prepare"),
     "cost": ("sharing",),
     # the audit costs every stage's output; the derivative stages branch from
