@@ -30,7 +30,7 @@ with an UnsupportedError naming the sub-expression.  Called only by
 
 from __future__ import annotations
 
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, describe
 from ..ir import Access, Expr, Gen, Iverson, Pair, Proj, RealT, TensorT, Var, fresh_index, lets, make_lets, sym_aff
 from ..passes.normal_forms import why_not_gen_pushed_out, why_not_pair_free
 from ..typecheck import type_of
@@ -77,7 +77,7 @@ def _eta(e: Expr) -> Expr:
     if isinstance(t, RealT):
         return e
     if not isinstance(t, TensorT):
-        raise UnsupportedError(f"the backend cannot lower a value of type {t} below the gens: {e!r}")
+        raise UnsupportedError(f"the backend cannot lower a value of type {t} below the gens: {describe(e)}")
     j = fresh_index("j")
     return Gen(j, t.extent, _eta(_index(e, sym_aff(j))))
 
