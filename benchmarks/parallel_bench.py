@@ -73,7 +73,7 @@ def measure(name: str, build, sizes, repeat: int) -> list:
                 fn = tl.compile(loss, threads=k) if what == "loss" else tl.grad(loss, wrt=wrt, threads=k)
                 t[k], best[k] = per_call(lambda: fn(**data), repeat)
             prog = loss if what == "loss" else tl.grad(loss, wrt=wrt).program
-            from tensorlang.backend.prepare import prepare
+            from tensorlang.driver import prepare
 
             sizes_ = _sizes(name, N)
             work = work_points(prepare(prog), sizes_)

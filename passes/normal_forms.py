@@ -16,6 +16,8 @@ None), for assertion messages in debug mode.
 
 from __future__ import annotations
 
+import weakref
+
 from tensorlang.errors import describe
 from tensorlang.ir import (
     Access,
@@ -171,10 +173,25 @@ def is_pair_free(e: Expr) -> bool:
 # Figure 9
 
 
+# _core's verdicts per node (a DAG-shared term is checked once, not once per
+# path: the check runs on every program tl.compile is given); this module's
+# own memo, keyed by the interned node (issue #14 item 4)
+_CORE = (weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary())
+_OK = ""
+
+
 def _core(e: Expr, top: bool):
     """The class ``e`` of the gen-pushout grammar: scalar operations,
     sums, brackets and accesses of variables (``Ae``/``Ie``).  At the top of
     a right-hand side, ``[p]·X`` of a tensor variable is also accepted."""
+    memo = _CORE[top]
+    got = memo.get(e)
+    if got is None:
+        got = memo[e] = _core_of(e, top) or _OK
+    return got or None
+
+
+def _core_of(e: Expr, top: bool):
     match e:
         case Const():
             return None

@@ -37,6 +37,8 @@ computed once is costed once (as the ``let`` it denotes).
 
 from __future__ import annotations
 
+import weakref
+
 from .deep import deep
 
 from collections import defaultdict
@@ -69,7 +71,6 @@ from .ir import (
     free_indices,
     fresh_index,
     input_vars,
-    meta,
     relations_of,
     subst,
     sym_aff,
@@ -190,6 +191,13 @@ class _Collector:
                 raise TensorLangError(f"the cost model has no rule for {describe(e)}")
 
 
+# This module's memos, keyed by the interned program (issue #14 item 4: each
+# pass owns its memo; an entry goes with its program): its Fig. 6 terms per
+# context, and its relations and inputs by name.
+_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _bound(B) -> frozenset:
     return frozenset(i for i, _ in B)
 
@@ -227,7 +235,9 @@ def cost_terms(expr: Expr, *, share: bool = True, context=((), TRUE)) -> dict:
         check_program(expr)
     if share:
         expr = explicit_sharing(expr)
-    memo = meta(expr).setdefault("cost_terms", {})
+    memo = _TERMS.get(expr)
+    if memo is None:
+        memo = _TERMS[expr] = {}
     got = memo.get((B0, P0))
     if got is None:
         c = _Collector()
@@ -378,10 +388,9 @@ def _parse_kwargs(expr: Expr, kwargs: dict):
     ignored (a pass may have removed the last use of a size)."""
     from .evaluator import infer_sizes, relation_dense, _type_shape_leaves
 
-    m = meta(expr)
-    info = m.get("cost_names")
+    info = _NAMES.get(expr)
     if info is None:  # the passes' oracle costs one program at many sizes
-        info = m["cost_names"] = ({r.name: r for r in relations_of(expr)}, {v.name: v for v in input_vars(expr)})
+        info = _NAMES[expr] = ({r.name: r for r in relations_of(expr)}, {v.name: v for v in input_vars(expr)})
     rels, ins = info
     sizes: dict = {}
     rel_data: dict = {}

@@ -8,18 +8,20 @@ both, so neither imports the other for it.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .errors import TensorLangError, UnsupportedError
-from .ir import TRUE, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, meta, walk
+from .ir import TRUE, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, walk
+
+_HAS_REL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # this module's memo (issue #14 item 4)
 
 
 def has_relation(p: Pred) -> bool:
-    m = meta(p)
-    r = m.get("has_rel")
+    r = _HAS_REL.get(p)
     if r is None:
-        r = any(isinstance(x, Rel) for x in walk(p))
-        m["has_rel"] = r
+        r = _HAS_REL[p] = any(isinstance(x, Rel) for x in walk(p))
     return r
 
 

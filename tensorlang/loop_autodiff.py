@@ -316,7 +316,7 @@ def derivative(prog, wrt):
 
 
 def _program(expr, stage, mode, threads=None):
-    from .backend.api import compile as tl_compile
+    from .driver import compile as tl_compile  # each part through the route "compile"
 
     return LoopProgram(expr, stage, mode, tl_compile, threads)
 

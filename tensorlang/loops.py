@@ -36,6 +36,7 @@ Revolve: at most ``s`` snapshots, repetition number ``r`` minimal with
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 from .errors import TensorLangError, TypeCheckError, UnsupportedError, describe
@@ -377,14 +378,14 @@ def _replace(e, old, new):
     return go(e)
 
 
-def _subterms(x) -> set:
-    from .ir import meta
+_LOOP_SUBTERMS = weakref.WeakKeyDictionary()  # x -> the loops strictly below x (this module's memo)
 
-    m = meta(x)
-    got = m.get("loop_subterms")
-    if got is None:
-        got = m["loop_subterms"] = frozenset(y for y in walk(x) if isinstance(y, Loop))
-    return got
+
+def _subterms(x) -> set:
+    got = _LOOP_SUBTERMS.get(x)
+    if got is None:  # x itself is not stored: a value referring to its key would keep it alive
+        got = _LOOP_SUBTERMS[x] = frozenset(y for y in walk(x) if isinstance(y, Loop) and y is not x)
+    return got | {x} if isinstance(x, Loop) else got
 
 
 def loop_cost_parts(expr: Expr, context=((), None)) -> list:

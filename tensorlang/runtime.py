@@ -62,7 +62,7 @@ class LazyKernel:
 
     def _get(self):
         if self._impl is None:
-            from .backend.api import compile as _compile
+            from .driver import compile as _compile  # the route "compile" (issue 14 item 1)
             from .passes.profile import build, stage
 
             with build("kernel") as times, stage("backend"):  # prepare, lower, codegen, import

@@ -27,6 +27,8 @@ pass would not be cost-neutral (Section 5, ``c·$⟦e⟧ ≥ $⟦γ(e)⟧`` with
 
 from __future__ import annotations
 
+import weakref
+
 from .ir import (
     FALSE,
     TRUE,
@@ -49,7 +51,6 @@ from .ir import (
     fresh_index,
     fresh_var,
     iverson,
-    meta,
     rebuild,
     subst,
     sym_aff,
@@ -58,16 +59,24 @@ from .printer import pretty as _print
 from .typecheck import type_of
 
 
+# This module's memos, keyed by the interned node (issue #14 item 4: each
+# pass owns its memo; an entry goes with its node).  A fact here is a
+# function of the node alone, so an identical node built elsewhere shares it.
+_WORK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SIZE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # e -> explicit_sharing(e), or _SAME
+_SAME = object()  # explicit_sharing(e) is e (a strong self-reference would keep e alive)
+
+
 def has_work(e: Expr) -> bool:
     """Does the term contain arithmetic the cost model counts?"""
-    m = meta(e)
-    w = m.get("work")
+    w = _WORK.get(e)
     if w is None:
         if isinstance(e, (Add, Mul, Call, Sum)):
             w = True
         else:
             w = any(has_work(c) for c in _expr_children(e))
-        m["work"] = w
+        _WORK[e] = w
     return w
 
 
@@ -80,11 +89,9 @@ def _expr_children(e):
 
 
 def _size(e: Expr) -> int:
-    m = meta(e)
-    s = m.get("size")
+    s = _SIZE.get(e)
     if s is None:
-        s = 1 + sum(_size(c) for c in _expr_children(e))
-        m["size"] = s
+        s = _SIZE[e] = 1 + sum(_size(c) for c in _expr_children(e))
     return s
 
 
@@ -191,10 +198,9 @@ def explicit_sharing(e: Expr) -> Expr:
     """Signature: explicit_sharing : Expr -> Expr, denotation unchanged;
     afterwards no sub-term that does work has two parents and no
     tensor that does work is rebuilt by a loop that does not need to."""
-    m = meta(e)
-    got = m.get("shared")
+    got = _SHARED.get(e)
     if got is not None:
-        return got
+        return e if got is _SAME else got
     out = e
     # Binding a term can expose sharing inside let values, hence the loop.  A
     # term is bound at most once: a binder symbol reused by two binders (the
@@ -207,8 +213,9 @@ def explicit_sharing(e: Expr) -> Expr:
             break
         attempted |= todo
         out = _bind(out, todo)
-    meta(out)["shared"] = out
-    m["shared"] = out
+    _SHARED[out] = _SAME
+    if out is not e:
+        _SHARED[e] = out
     return out
 
 

@@ -47,7 +47,7 @@ from .relation_data import (  # noqa: F401 - re-exported: tl.relation_data, Rela
     _structure,
     relation_data,
 )
-from .ir import Access, Gen, Iverson, Relation, SparseVar, Var, as_aff, fresh_index, input_vars, meta, tensor_type
+from .ir import Access, Gen, Iverson, Rel, Relation, SparseVar, Var, as_aff, fresh_index, free_vars, input_vars, tensor_type
 
 # --------------------------------------------------------------------------
 # Declaring
@@ -117,14 +117,25 @@ def hoist_guards(e):
 
 
 def mark_guard(e):
-    """Mark ``[S(a)]·e`` as a sparse read's bracket (a fact about the interned
-    node: the API multiplies such a bracket's product under it)."""
-    meta(e)["sparse_guard"] = True
+    """``[S(a)]·e`` built for a sparse read; it is a guard by its shape alone (:func:`is_guard`)."""
+    if not is_guard(e):  # pragma: no cover - guarded_read and the API's product build only guards
+        raise TensorLangError(f"internal: {e!r} is not a sparse read's bracket")
     return e
 
 
 def is_guard(e) -> bool:
-    return isinstance(e, Iverson) and e._meta is not None and e._meta.get("sparse_guard", False)
+    """Is ``e`` a sparse read's bracket ``[S(a)]·b``: ``S`` the relation of a
+    sparse tensor that ``b`` reads?  The API multiplies such a bracket's
+    product under it (``([S(a)]·A[a])·y`` is built as ``[S(a)]·(A[a]·y)``,
+    rule 4.12), so the product's gens are narrowed to S's non-zeros.
+
+    A function of the interned node alone (never a mark stored on it): an
+    identical node built by hand is the same node and gets the same answer,
+    whatever was built before; a bracket of S over dense tensors is none."""
+    if not (isinstance(e, Iverson) and isinstance(e.pred, Rel)):
+        return False
+    rel = e.pred.rel
+    return any(isinstance(v, SparseVar) and v.rel is rel for v in free_vars(e.body))
 
 
 def sparse_inputs(program) -> list:

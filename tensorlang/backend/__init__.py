@@ -6,9 +6,11 @@
 
 Pipeline, one module per step:
 
-* ``prepare.py``: ``prepare(expr)``, the one kernel-preparation function:
-  type-check and flatten (``flatten.py``) into the backend grammar; what it
-  cannot bring there is an UnsupportedError naming the sub-expression;
+* ``prepare.py``: ``prepare(expr)``, the one kernel-preparation function (the
+  last stage of ``tensorlang.driver``'s routes): type-check a program in the
+  gen-pushout normal form and write it in the backend grammar (``flatten.py``:
+  eta expansion only); a program not in that form, or one the backend cannot
+  lower, is an UnsupportedError naming the sub-expression;
 * ``fusion.py``: substitutes gathers, broadcasts and single-use maps/products
   into their consumers (never adding work);
 * ``lower.py``: each gen block and sum chain as an isl set (``domains.py``),

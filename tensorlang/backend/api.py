@@ -5,10 +5,10 @@
 ``prepare_inputs`` (names, shapes, size inference, relation data) and runs
 the compiled code.
 
-The program goes through one kernel-preparation function
-(``prepare.prepare``) and is lowered (``lower.lower_program``) at compile
-time; what the backend cannot lower is an UnsupportedError then, naming the
-sub-expression.  Nothing falls back to the evaluator.
+The program, normalized by the driver's route "compile" (``front``), goes
+through kernel preparation (``prepare.prepare``) and is lowered
+(``lower.lower_program``) at compile time; what the backend cannot lower is
+an UnsupportedError then, naming the sub-expression.  No evaluator fallback.
 
 Precision: when every real input given as an array (or NumPy scalar) is
 float32, the kernel computes in float32 and returns float32; otherwise
@@ -569,32 +569,32 @@ def _check_options(expr, mode, threads):
     bounds.check_program(expr)  # every access proven in range, or refused
 
 
-def python_kernel(expr: Expr, mode: str = "sparse") -> Kernel:
-    """The generated kernel run as plain Python (no Numba compilation, no disk
+def python_kernel(expr: Expr, mode: str | None = None, threads=None, *, loops=None, front=None) -> Kernel:
+    """:func:`compile`'s kernel run as plain Python, serially (no Numba, no disk
     cache): the same source, for fast differential tests of the lowering."""
     from .prepare import prepare
 
+    mode = lowering_mode(mode, loops)
     _check_options(expr, mode, 1)
-    k = Kernel(expr, mode, 1, prepare(expr))
+    k = Kernel(expr, mode, 1, prepare(front(expr) if front else expr))
     k.python = True
     k.variant()
     return k
 
 
-def compile(expr: Expr, mode: str | None = None, threads=None, *, loops: str | None = None) -> Kernel:  # noqa: A001
-    """Compile ``expr`` to a kernel (see module doc); the float64 kernel is
-    built now, so a program the backend cannot lower is refused here.
-    ``loops="sparse"`` (default) or ``"box"``; ``mode="naive"`` is the older
-    spelling of ``loops="box"``."""
+def compile(expr: Expr, mode: str | None = None, threads=None, *, loops: str | None = None, front=None) -> Kernel:  # noqa: A001
+    """Compile ``expr`` to a kernel (module doc), built now: what the backend cannot
+    lower is refused here.  ``loops="sparse"`` (default) or ``"box"`` (``mode="naive"``).
+    ``front``: the driver's stages before ``prepare`` (the route "compile"), run on each
+    loop-free program or loop part; without it ``expr`` must be in prepare's input grammar."""
     from .prepare import prepare
 
     mode = lowering_mode(mode, loops)
-    if isinstance(expr, Expr) and has_loop(expr):  # issue #17: the body's kernel run T times
+    _check_options(expr, mode, threads)
+    if has_loop(expr):  # issue #17: the body's kernel run T times
         from .loop_kernel import LoopKernel
 
-        _check_options(expr, mode, threads)
-        return LoopKernel(expr, mode, threads, compile)
-    _check_options(expr, mode, threads)
-    k = Kernel(expr, mode, threads, prepare(expr))
+        return LoopKernel(expr, mode, threads, lambda e, **kw: compile(e, **kw, front=front))
+    k = Kernel(expr, mode, threads, prepare(front(expr) if front else expr))
     k.variant("float64")
     return k

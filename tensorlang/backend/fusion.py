@@ -30,6 +30,8 @@ Dead bindings are dropped.
 
 from __future__ import annotations
 
+import weakref
+
 from ..errors import UnsupportedError, describe
 from ..ir import (
     Access,
@@ -52,7 +54,6 @@ from ..ir import (
     free_vars,
     gens,
     lets,
-    meta,
     subst,
 )
 from ..typecheck import type_of
@@ -65,10 +66,12 @@ def is_alias(rhs: Expr) -> bool:
     return isinstance(rhs, Var)
 
 
+_SCALAR_OK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # this module's memo (issue #14 item 4)
+
+
 def scalar_ok(e: Expr) -> bool:
     """Signature: scalar_ok : Expr -> bool (the backend's scalar grammar)."""
-    m = meta(e)
-    ok = m.get("backend_ok")
+    ok = _SCALAR_OK.get(e)
     if ok is None:
         match e:
             case Const():
@@ -94,7 +97,7 @@ def scalar_ok(e: Expr) -> bool:
                 ok = False
             case _:
                 raise UnsupportedError(f"not a value expression: {e!r}")
-        m["backend_ok"] = ok
+        _SCALAR_OK[e] = ok
     return ok
 
 

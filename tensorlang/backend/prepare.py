@@ -1,20 +1,19 @@
 """Kernel preparation: the one form the backend lowers (paper Sections 4.3, 5).
 
-``prepare(expr)`` is the single place that decides how a program is brought
-into the backend's input grammar (``fusion.py``'s module doc: a let-block of
-``gen[...] scalar`` bindings and aliases).  It type-checks the program and
-flattens it (``flatten.py``: closed lets lifted, pairs split into struct of
-arrays, accesses of generators beta-reduced, brackets pushed into gens, a
-tensor let under a loop kept as a per-iteration local array).  The lowering
-(``lower.py``) accepts exactly what this returns; there are no other
-candidate forms.  A construct outside the grammar is an UnsupportedError
-raised here, naming the sub-expression.
+It is the stage ``prepare`` of the one stage list (issue #14 item 1), the
+last before lowering.  Its input grammar is the output grammar of the
+front stages every route runs before it: the gen-pushout normal form of
+Fig. 9 (``tl.compile``'s route ends at gen pushout; the derivative routes'
+simplified programs are in it too).  ``prepare`` type-checks the program
+and writes it in the backend's grammar (``flatten.py``: eta expansion only;
+``fusion.py``'s module doc: a let-block of ``gen[...] scalar`` bindings and
+aliases).  It normalizes nothing: a program outside its input grammar is an
+UnsupportedError raised here, naming the sub-expression.  The lowering
+(``lower.py``) accepts exactly what this returns.
 
-It is the stage ``prepare`` of the one stage list (issue #14 item 1):
-:data:`PREPARE` declares its input grammar (a well-typed program) and its
-output grammar (``fusion.split_program`` accepts it), which debug mode
-asserts (``passes.pipeline.run_stage``); ``tensorlang.driver`` puts it after
-the passes, and the lowering takes what it returns.
+:data:`PREPARE` declares both grammars, which debug mode asserts
+(``passes.pipeline.run_stage``); ``tensorlang.driver`` puts it after the
+passes, and the lowering takes what it returns.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from ..errors import TensorLangError
 from ..ir import Expr
 from ..passes.pipeline import Stage, deep_recursion, run_stage, well_typed
 from ..typecheck import check_program
-from .flatten import flatten
+from .flatten import flatten, not_normal
 from .fusion import split_program
 
 
@@ -36,20 +35,27 @@ def in_backend_grammar(prog) -> str | None:
     return None
 
 
+def normal_input(prog) -> str | None:
+    """The stage's input grammar: well typed, in the gen-pushout normal form."""
+    return well_typed(prog) or not_normal(prog)
+
+
 def _flatten_checked(expr: Expr) -> Expr:
-    prog = flatten(expr)
+    prog = flatten(expr)  # refuses a program outside the input grammar, naming the sub-term
     split_program(prog)  # the grammar check: names the first right-hand side outside it
     return prog
 
 
-PREPARE = Stage("prepare", _flatten_checked, well_typed, in_backend_grammar)
+PREPARE = Stage("prepare", _flatten_checked, normal_input, in_backend_grammar)
 
 
 def prepare(expr: Expr) -> Expr:
     """Signature: prepare : Expr -> Expr (a let-block in the backend grammar).
 
-    Raises TensorLangError for an ill-typed program and UnsupportedError
-    (naming the sub-expression) for one the backend cannot lower.
+    ``expr``: a program in the gen-pushout normal form (what the routes of
+    ``tensorlang.driver`` give the backend).  Raises TensorLangError for an
+    ill-typed program and UnsupportedError (naming the sub-expression) for
+    one outside the input grammar or one the backend cannot lower.
     """
     if not isinstance(expr, Expr):
         raise TensorLangError(f"tl.compile needs a tensorlang expression, got {type(expr).__name__}")

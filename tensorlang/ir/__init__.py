@@ -27,7 +27,6 @@ from .nodes import (  # noqa: F401
     _revive_with_uid,
     children,
     fresh_uid,
-    meta,
     node,
     rebuild,
 )

@@ -15,7 +15,7 @@ import operator
 import threading
 import weakref
 from _weakref import _remove_dead_weakref
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Iterable
 
 # --------------------------------------------------------------------------
@@ -88,9 +88,12 @@ def _drop(ref, _remove=_remove_dead_weakref, _table=_TABLE):
 class Node(metaclass=Interned):
     """Base of every interned node.  Equality is identity (see module doc)."""
 
-    # Facts of the node alone, computed once by their owners (typed slots, not
-    # string keys): free value variables, free indices, size variables
-    # (this module) and the type (typecheck).  Unset until first asked.
+    # The IR's own intrinsic facts of the node alone, computed once by their
+    # owners (typed slots, not string keys): free value variables, free
+    # indices, size variables (this module) and the type (typecheck).  Unset
+    # until first asked.  Nothing else is stored on a node (issue #14 item
+    # 4): a pass keeps its facts in a memo it owns, keyed by the interned
+    # node (``weakref.WeakKeyDictionary``; nodes have weakref slots).
     __slots__ = ("_fv", "_fi", "_sv", "_type")
     _field_names: tuple[str, ...] = ()
     _normalizes = False  # does the class override _normalize (set by @node)
@@ -128,16 +131,12 @@ def _revive_with_uid(cls, args):
 def node(cls):
     """Decorator: a frozen, slotted, interned dataclass with identity equality.
 
-    Each node has a private ``_meta`` dict for cached facts (type, free
-    variables) that are functions of the node alone.
+    Its only cached facts are the typed slots of :class:`Node` (free
+    variables, free indices, size variables, type); a pass's memo of facts
+    about a node lives in the pass, keyed by the node.
     """
-    ns = dict(cls.__dict__)
-    ann = dict(ns.get("__annotations__", {}))
-    ann["_meta"] = "dict"
-    cls.__annotations__ = ann
-    cls._meta = field(default=None, init=False, repr=False, compare=False)
     dc = dataclass(frozen=True, eq=False, slots=True, weakref_slot=True, repr=False)(cls)
-    dc._field_names = names = tuple(f.name for f in fields(dc) if f.name != "_meta")
+    dc._field_names = names = tuple(f.name for f in fields(dc))
     dc._normalizes = dc._normalize.__func__ is not Node._normalize.__func__
     # children(n) in C: attrgetter gives a tuple for two or more names
     if len(names) >= 2:
@@ -148,17 +147,6 @@ def node(cls):
     else:
         dc._children = staticmethod(lambda n: ())
     return dc
-
-
-def meta(n: Node) -> dict:
-    m = n._meta
-    if m is None:
-        with _TABLE_LOCK:  # two threads must not each install their own dict
-            m = n._meta
-            if m is None:
-                m = {}
-                object.__setattr__(n, "_meta", m)
-    return m
 
 
 def children(n: Node) -> tuple:

@@ -379,7 +379,7 @@ def test_const_iverson_constructs():
 
 
 def test_fusion_keeps_the_cost_models_count():
-    from tensorlang.backend.prepare import prepare
+    from tensorlang.driver import prepare  # the route "compile" up to the kernel
     from tensorlang.backend.lower import fused_program
 
     nn, mm = tl.sizes("n m")
@@ -504,7 +504,7 @@ def test_regression_or_inside_and_keeps_its_parentheses(mode):
     e = tl.gen(m + n - 1, lambda i: tl.iverson(
         R(i, i) & (i == 0) & R1(i, i - 1),
         tl.iverson(i < n, x0[i, i]) + tl.iverson(i + 1 < n, x[i + 1]) + tl.iverson(i < m, x2[i])))
-    from tensorlang.backend.api import python_kernel
+    from tensorlang.driver import python_kernel
 
     for r0, r1 in [(False, False), (True, True)]:
         ins = dict(x0=np.ones((1, 1)), x=np.ones(1), x2=np.ones(1), R=np.array([[r0]]), R1=np.array([[r1]]))

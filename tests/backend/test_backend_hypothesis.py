@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 import tensorlang as tl
-from tensorlang.backend.api import python_kernel
+from tensorlang.driver import python_kernel  # the route "compile", run as plain Python
 from tests.strategies import programs, scalar_exprs
 
 SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
 from tensorlang.backend import kir
-from tensorlang.backend.api import python_kernel
+from tensorlang.driver import python_kernel  # the route "compile", run as plain Python
 from tensorlang.backend.loopir import AccAdd, Alloc, Assign, If, Loop, Store, walk_stmts
 from tensorlang.ir import Const
 from tests.strategies import programs

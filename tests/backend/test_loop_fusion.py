@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import tensorlang as tl
 from tensorlang.backend import codegen, colsum
 from tensorlang.backend import kir as K
-from tensorlang.backend.api import python_kernel
+from tensorlang.driver import python_kernel  # the route "compile", run as plain Python
 from tensorlang.backend.colsum import column_sums
 from tensorlang.backend.hfuse import fuse_nests
 from tensorlang.backend.loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
@@ -114,7 +114,7 @@ def test_heat_adjoint_values(size):
 
 def _fused_lets(e):
     from tensorlang.backend.lower import fused_program
-    from tensorlang.backend.prepare import prepare
+    from tensorlang.driver import prepare  # the route "compile" up to the kernel
 
     p = prepare(e)
     f = fused_program(p)

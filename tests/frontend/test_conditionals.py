@@ -498,7 +498,7 @@ def _arg_tuples(grid, arity):
 
 
 def test_compiled_kernels_agree_with_the_evaluator(monkeypatch):
-    from tensorlang.backend.api import compile as backend_compile
+    from tensorlang.driver import compile as backend_compile
 
     loss = tl.sum(n, lambda i: tl.where(x[i] > y[i], x[i] * y[i], tl.maximum(x[i], s))
                   + tl.abs(x[i]) + tl.relu(y[i] - s) + tl.softplus(x[i]) + tl.minimum(x[i], 0.5))

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from tensorlang.backend.api import python_kernel
+from tensorlang.driver import python_kernel  # the route "compile", run as plain Python
 from tensorlang.backend.prepare import deep_recursion  # the reference evaluator recurses as deep
 from tensorlang.functions import power_name
 from tensorlang.ir import (

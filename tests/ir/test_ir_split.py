@@ -20,9 +20,11 @@ import tensorlang.ir as ir
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IR_DIR = os.path.join(ROOT, "tensorlang", "ir")
 
-# every module-level name of the former tensorlang/ir.py
+# every module-level name of the former tensorlang/ir.py, except ``meta`` (the
+# string-keyed per-node cache, removed on purpose: issue #14 item 4, each pass
+# owns its memo; tests/normal_forms/test_node_facts.py checks it is gone)
 FORMER = (
-    "Interned _TABLE _TABLE_LOCK Node _revive_with_uid node meta children rebuild _fresh fresh_uid Sym SizeVar "
+    "Interned _TABLE _TABLE_LOCK Node _revive_with_uid node children rebuild _fresh fresh_uid Sym SizeVar "
     "IndexVar _sym_key Aff INDEX_LIMIT _check_index_int as_aff sym_aff Pred as_pred as_expr BoolLit TRUE FALSE Cmp "
     "Relation Rel And Or Exists conj disj Type RealT REAL PairT TensorT tensor_type shape_of scalar_elem Expr Var "
     "SparseVar Const _short_int Add Mul Call Pair Proj Gen Sum Access Iverson Let Loop ZERO ONE BINDERS free_vars "

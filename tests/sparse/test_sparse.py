@@ -284,7 +284,7 @@ def test_dirichlet_energy_gradients_match_numpy(bracket):
 
 
 def _kernel_layout(prog):
-    from tensorlang.backend.api import compile
+    from tensorlang.driver import compile
 
     ir, spec = compile(prog).lowered()
     return ir, spec

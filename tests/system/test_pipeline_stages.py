@@ -210,15 +210,30 @@ def test_debug_mode_catches_a_stage_given_input_outside_its_grammar():
         pipeline.debug(prev)
 
 
-def test_kernel_preparation_output_grammar_is_checked_in_debug_mode():
+def test_kernel_preparation_grammars_are_checked_in_debug_mode():
+    """prepare's input grammar is the front stages' output (gen pushout), its
+    output the backend's let-block: a raw program is refused (prepare does
+    not normalize), and a preparation that skips eta expansion is caught."""
     loss, _, _, _ = _deconv()
     prep = driver.stage("prepare")
+    n, m = tl.sizes("n m")
+    row = tl.tensor("X", n, m)[0]  # in the gen-pushout grammar; eta-expanded by prepare
     prev = pipeline.debug(True)
     try:
-        prog = pipeline.run_stage(prep, loss)
+        prog = pipeline.run_stage(prep, driver.route("compile").run(loss))
         assert prep.post(prog) is None
-        lazy = dataclasses.replace(prep, run=lambda e: e)  # a preparation that does not flatten
+        with pytest.raises(pipeline.NormalFormViolation, match="prepare: precondition violated.*gen-pushout"):
+            pipeline.run_stage(prep, loss)
+        assert prep.post(pipeline.run_stage(prep, row)) is None
+        lazy = dataclasses.replace(prep, run=lambda e: e)  # a preparation that does not eta-expand
         with pytest.raises(pipeline.NormalFormViolation, match="prepare: postcondition violated"):
-            pipeline.run_stage(lazy, loss)
+            pipeline.run_stage(lazy, row)
+    finally:
+        pipeline.debug(prev)
+    # outside debug mode the stage itself refuses, naming the sub-expression
+    prev = pipeline.debug(False)
+    try:
+        with pytest.raises(UnsupportedError, match=r"gen-pushout normal form.*access of a non-variable: \(gen"):
+            pipeline.run_stage(prep, loss)
     finally:
         pipeline.debug(prev)
