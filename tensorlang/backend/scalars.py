@@ -84,6 +84,13 @@ def cacheable(f) -> bool:
     return all(isinstance(g[n], types.ModuleType) for n in code.co_names if n in g)
 
 
+def code_fixed(name: str) -> bool:
+    """Is the machine code of the registered function ``name`` decided by its
+    :func:`fingerprint` alone (:func:`cacheable`), so that a kernel calling it
+    may be kept in Numba's disk cache under a key holding the fingerprint?"""
+    return cacheable(_impl(name)[1])
+
+
 def check_compiles(name: str) -> None:
     """Compile the function for float64 arguments now, so a function Numba
     cannot compile is refused at compile time, not when a kernel runs."""
