@@ -297,11 +297,17 @@ def _summary(rows) -> dict:
     out["cold_median"], out["cold_worst"] = _stat(cold)
     out["warm_median"], out["warm_worst"] = _stat(warm)
     out["share_median"], out["share_worst"] = _stat(shares)
+    direct = [r["split"]["imports"] + r["split"]["work"] for r in rows if "work" in r.get("split", {})]
+    out["direct_median"], out["direct_worst"] = _stat(direct)
+    imports = [r["split"]["imports"] for r in rows if "imports" in r.get("split", {})]
+    out["imports_median"] = statistics.median(imports) if imports else None
     out["floor_median"] = statistics.median(floors) if floors else None
     out["text"] = (f"cold first gradient: median {_f(out['cold_median'])}, worst {_f(out['cold_worst'])} "
                    f"(goals 1 s, 3 s); warm: median {_f(out['warm_median'])}, worst {_f(out['warm_worst'])}, "
                    f"of which Numba's floor (median) {_f(out['floor_median'])}; tensorlang's share: median "
-                   f"{_f(out['share_median'])}, worst {_f(out['share_worst'])} (goal 0.1 s)"
+                   f"{_f(out['share_median'])}, worst {_f(out['share_worst'])} (goal 0.1 s); measured directly "
+                   f"(imports + work after the floor, one process): median {_f(out['direct_median'])}, worst "
+                   f"{_f(out['direct_worst'])}, of which importing tensorlang's modules {_f(out['imports_median'])}"
                    + (f"; FAILED: {out['failed']}" if out["failed"] else ""))
     return out
 
