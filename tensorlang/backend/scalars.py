@@ -63,11 +63,36 @@ def _impl(name: str):
 
 
 def fingerprint(name: str) -> str:
-    """What the cache key needs of a user function: its implementation's code."""
+    """What the cache key needs of a user function: its implementation's code,
+    and its partial derivatives (rule 6.6: a kernel computing ``D[f]`` runs
+    the expansion the lowering builds from them), as the IR they build on
+    placeholder arguments and the fingerprints of the functions they call,
+    recursively.  So a changed partial, or a changed function reached only
+    through one, is a new key for a program that names only ``f``."""
+    return _fingerprint(name, set())
+
+
+def _base(fn: str) -> str:
+    while fn.startswith("D[") and fn.endswith("]"):  # D[g] runs g's partials: g's fingerprint covers them
+        fn = fn[2:-1]
+    return fn
+
+
+def _fingerprint(name: str, seen: set) -> str:
+    from ..ir import Call, Var, walk
+    from ..ir.types import REAL
+    from .cache import node_hash
+
+    seen.add(name)
     fd, f = _impl(name)
     code = getattr(f, "__code__", None)
-    text = repr((fd.arity, code.co_code, code.co_consts, code.co_names)) if code is not None else repr(f)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    parts = [repr((fd.arity, code.co_code, code.co_consts, code.co_names)) if code is not None else repr(f)]
+    args = tuple(Var(f"_a{j}", 0, REAL) for j in range(fd.arity))
+    partials = tuple(fd.partials(*args))
+    parts += [node_hash(p) for p in partials]
+    called = sorted({_base(n.fn) for p in partials for n in walk(p) if isinstance(n, Call)} - seen)
+    parts += [f"{g}={_fingerprint(g, seen)}" for g in called]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
 def cacheable(f) -> bool:

@@ -69,9 +69,9 @@ print(k.cache_hit, "cache=True" in k.source, float(k(x=np.ones(3))[0]))
 """
 
 
-def _run(tmp_path, cache_dir):
+def _run(tmp_path, cache_dir, text=_SCRIPT):
     script = tmp_path / "run.py"
-    script.write_text(_SCRIPT.format(dir=str(tmp_path)))
+    script.write_text(text.format(dir=str(tmp_path)))
     env = dict(os.environ, TENSORLANG_CACHE_DIR=str(cache_dir), NUMBA_CACHE_DIR="")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -97,6 +97,37 @@ def test_an_edited_function_never_reuses_the_cached_kernel(tmp_path):
     os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert _run(tmp_path, cache_dir) == (False, True, 42.0)  # a new key: compiled afresh
     assert _run(tmp_path, cache_dir) == (True, True, 42.0)
+
+
+_SCRIPT_PARTIAL = """
+import sys
+sys.path.insert(0, {dir!r})
+import numpy as np
+import tensorlang as tl
+import userfn
+g = tl.register_function("lat_g", 1, userfn.g, lambda x: x, lambda x: (tl.const(0.0),), numba=userfn.g)
+f = tl.register_function("lat_f", 1, userfn.f, lambda x: x, lambda x: (g(x),), numba=userfn.f)
+n = tl.size("n")
+x = tl.tensor("x", n)
+grad = tl.grad(tl.sum(n, lambda i: f(x[i])), wrt=x)
+k = tl.compile(grad.program, threads=1)
+print(k.cache_hit, "cache=True" in k.source, float(k(x=np.ones(3))[0]))
+"""
+
+
+def test_a_function_reached_only_through_a_partial_is_in_the_key(tmp_path):
+    """The gradient's kernel runs ``g`` through ``f``'s partial (D[f], rule
+    6.6) while the program names only ``f``: editing ``g`` must still give
+    a new kernel, never the machine code with the old ``g`` inlined."""
+    cache_dir = tmp_path / "cache"
+    mod = tmp_path / "userfn.py"
+    mod.write_text("def f(x):\n    return 2.0 * x\n\n\ndef g(x):\n    return x + 1.0\n")
+    assert _run(tmp_path, cache_dir, _SCRIPT_PARTIAL) == (False, True, 2.0)
+    assert _run(tmp_path, cache_dir, _SCRIPT_PARTIAL) == (True, True, 2.0)
+    mod.write_text("def f(x):\n    return 2.0 * x\n\n\ndef g(x):\n    return x + 41.0\n")
+    st = os.stat(mod)
+    os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert _run(tmp_path, cache_dir, _SCRIPT_PARTIAL) == (False, True, 42.0)
 
 
 def test_first_call_compiles_only_the_entry_it_runs():
