@@ -31,6 +31,10 @@ Measurements, each in fresh processes so that nothing is warm by accident:
   (``x0*x0 + x0*1.5 + …``) for each N, with stage times; goal: 5000 terms
   in under 10 s, near-linear growth.
 
+Children read Python's bytecode caches, byte-compiled first as an installation
+does (``--bytecode off`` sets ``PYTHONDONTWRITEBYTECODE=1``: every module is
+then compiled from source in every process, about 0.1 s more of imports).
+
 Every gradient is checked against the workload's NumPy reference; a wrong one
 is reported as an error row, never timed.
 """
@@ -198,12 +202,31 @@ def _floor_call(cache: str) -> float:
     return time.perf_counter() - t1
 
 
+BYTECODE = {"cached": True}  # set by --bytecode (run())
+
+
+def _byte_compile() -> None:
+    """Python's bytecode for tensorlang, its passes and the benchmarks, as an
+    installation leaves it (pip byte-compiles what it installs), so that a
+    child's imports read ``.pyc`` files instead of compiling every module."""
+    import compileall
+
+    for d in ("tensorlang", "passes", "benchmarks"):
+        compileall.compile_dir(str(ROOT / d), quiet=1)
+
+
 def _run_child(args: list, cache: str, timeout: float) -> dict:
     # Numba's own disk cache (scalar functions, backend/scalars.py) in the same
     # directory: a cold run finds nothing a previous workload left behind
     env = dict(os.environ, TENSORLANG_CACHE_DIR=cache, TENSORLANG_RUNTIME="compiled",
                NUMBA_CACHE_DIR=os.path.join(cache, "numba"))
     env.pop("TENSORLANG_PROFILE", None)
+    if BYTECODE["cached"]:
+        # Python's default: an environment with PYTHONDONTWRITEBYTECODE set
+        # (a CI sandbox) compiles every module from source in every process
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     cmd = [sys.executable, "-m", "benchmarks.compile_bench", "--child", *args]
     try:
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -234,8 +257,12 @@ def _floors(cache: str, timeout: float, n: int = 3) -> dict:
     return {"median": statistics.median(got) if got else None, "runs": got, "load": _load()}
 
 
-def run(only=None, chains=(100, 400, 800, 2000, 5000), timeout: float = 600.0) -> dict:
+def run(only=None, chains=(100, 400, 800, 2000, 5000), timeout: float = 600.0, bytecode: bool = True) -> dict:
     from . import workloads as W
+
+    BYTECODE["cached"] = bytecode
+    if bytecode:
+        _byte_compile()
 
     with tempfile.TemporaryDirectory(prefix="tl-compile-bench-") as cache:
         floor_before = _floors(cache, timeout)
@@ -264,6 +291,7 @@ def run(only=None, chains=(100, 400, 800, 2000, 5000), timeout: float = 600.0) -
         print(_fmt_chain(n_terms, r), flush=True)
     summary = _summary(rows)
     summary["numba_floor"] = {"before": floor_before, "after": floor_after}
+    summary["bytecode"] = "cached" if bytecode else "off (PYTHONDONTWRITEBYTECODE=1)"
     print(summary["text"], flush=True)
     return {"workloads": rows, "chain": chain_rows, "summary": summary}
 
@@ -358,7 +386,7 @@ def markdown(res: dict) -> str:
         for r in res["chain"]:
             lines.append(f"| {r.get('chain', '?')} | {r['build']:.2f} |" if "build" in r
                          else f"| ? | {r.get('failed')} |")
-    lines += ["", res["summary"]["text"]]
+    lines += ["", res["summary"]["text"], f"Python bytecode caches: {res['summary'].get('bytecode', '?')}"]
     fl = res["summary"].get("numba_floor") or {}
     if fl:
         b, a = fl.get("before", {}), fl.get("after", {})
@@ -386,8 +414,11 @@ def main(argv=None) -> int:
                    help="sizes of the N-term sum whose gradient build is timed (none: skip)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per child process")
     p.add_argument("--out", help="directory for compile.json and compile.md")
+    p.add_argument("--bytecode", choices=("cached", "off"), default="cached",
+                   help="children read Python bytecode caches (default, as installed) or compile every module "
+                        "from source (PYTHONDONTWRITEBYTECODE=1)")
     a = p.parse_args(argv)
-    res = run(a.only, tuple(a.chain), a.timeout)
+    res = run(a.only, tuple(a.chain), a.timeout, a.bytecode == "cached")
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         Path(a.out, "compile.json").write_text(json.dumps(res, indent=1))
