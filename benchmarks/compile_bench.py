@@ -245,7 +245,7 @@ def _run_child(args: list, cache: str, timeout: float) -> dict:
 
 def _load() -> float | None:
     try:
-        return os.getloadavg()[0]
+        return round(os.getloadavg()[0], 2)
     except OSError:
         return None
 
