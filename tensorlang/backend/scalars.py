@@ -72,6 +72,10 @@ def fingerprint(name: str) -> str:
     return _fingerprint(name, set())
 
 
+def _is_builtin(fn: str) -> bool:
+    return fn in UNARY_UFUNCS or fn in ("div", "sigmoid") or power_exponent(fn) is not None
+
+
 def _base(fn: str) -> str:
     while fn.startswith("D[") and fn.endswith("]"):  # D[g] runs g's partials: g's fingerprint covers them
         fn = fn[2:-1]
@@ -90,7 +94,10 @@ def _fingerprint(name: str, seen: set) -> str:
     args = tuple(Var(f"_a{j}", 0, REAL) for j in range(fd.arity))
     partials = tuple(fd.partials(*args))
     parts += [node_hash(p) for p in partials]
-    called = sorted({_base(n.fn) for p in partials for n in walk(p) if isinstance(n, Call)} - seen)
+    # built-ins (NumPy ufuncs, div, sigmoid, the pow[k] family, whose
+    # partials name pow[k-1] without end) are kernel-IR nodes, not called code
+    called = sorted({g for p in partials for n in walk(p) if isinstance(n, Call)
+                     for g in [_base(n.fn)] if not _is_builtin(g)} - seen)
     parts += [f"{g}={_fingerprint(g, seen)}" for g in called]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
