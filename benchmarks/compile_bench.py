@@ -32,8 +32,9 @@ Measurements, each in fresh processes so that nothing is warm by accident:
   in under 10 s, near-linear growth.
 
 Children read Python's bytecode caches, byte-compiled first as an installation
-does (``--bytecode off`` sets ``PYTHONDONTWRITEBYTECODE=1``: every module is
-then compiled from source in every process, about 0.1 s more of imports).
+does (``--bytecode off`` removes those ``.pyc`` files and sets
+``PYTHONDONTWRITEBYTECODE=1``: every module of tensorlang is then compiled from
+source in every process, as in an environment that never writes bytecode).
 
 Every gradient is checked against the workload's NumPy reference; a wrong one
 is reported as an error row, never timed.
@@ -215,6 +216,15 @@ def _byte_compile() -> None:
         compileall.compile_dir(str(ROOT / d), quiet=1)
 
 
+def _drop_bytecode() -> None:
+    """Remove the ``.pyc`` files of tensorlang, its passes and the benchmarks
+    (``--bytecode off``: with PYTHONDONTWRITEBYTECODE=1 none is written back,
+    so every child compiles those modules from source)."""
+    for d in ("tensorlang", "passes", "benchmarks"):
+        for pyc in (ROOT / d).rglob("__pycache__/*.pyc"):
+            pyc.unlink()
+
+
 def _run_child(args: list, cache: str, timeout: float) -> dict:
     # Numba's own disk cache (scalar functions, backend/scalars.py) in the same
     # directory: a cold run finds nothing a previous workload left behind
@@ -263,6 +273,8 @@ def run(only=None, chains=(100, 400, 800, 2000, 5000), timeout: float = 600.0, b
     BYTECODE["cached"] = bytecode
     if bytecode:
         _byte_compile()
+    else:
+        _drop_bytecode()
 
     with tempfile.TemporaryDirectory(prefix="tl-compile-bench-") as cache:
         floor_before = _floors(cache, timeout)
