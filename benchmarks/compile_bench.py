@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.compile_bench [--only W ...] [--chain N ...] [--out DIR]``
 
-Three measurements, each in fresh processes so that nothing is warm by accident:
+Measurements, each in fresh processes so that nothing is warm by accident:
 
 * **cold**: per benchmark program (benchmarks/workloads.py), a new process with
   an empty kernel cache: seconds from after ``import tensorlang`` to the first
@@ -14,11 +14,27 @@ Three measurements, each in fresh processes so that nothing is warm by accident:
 * **warm**: the same, in a second new process with the cache the cold run
   filled (derived programs: backend/derived_cache.py; kernels:
   backend/cache.py; scalar functions: Numba's cache, ``NUMBA_CACHE_DIR`` set
-  to the same directory); goal <= 0.1 s beyond import.  Reported beside Numba's
-  own floor: the same measurement for a trivial ``cache=True`` function.
+  to the same directory).  Goal: at most 0.1 s beyond import, read as
+  tensorlang's share beside Numba's own floor:
+* **split** (a third new process on the warm cache) takes the warm time apart:
+  *floor*, Numba's own cost, is the first result of a trivial ``cache=True``
+  function whose code is on disk (importing Numba, its CPU target and lazy
+  registries, loading cached code); *imports*, the tensorlang modules the
+  warm process imported after ``import tensorlang`` (the compiler modules
+  that the cached path loads: driver, passes, kernel preparation ...);
+  *work*, the first result itself once both are done.  **share** = warm -
+  floor (measured in the split process of the same program), the number the
+  0.1 s goal is about; imports + work is the same thing measured directly.
+  The floor is also measured alone in fresh processes before and after the
+  programs, with the load average, since other work on the machine moves it.
 * **chain**: building (not calling) the gradient of a sum of N terms
   (``x0*x0 + x0*1.5 + …``) for each N, with stage times; goal: 5000 terms
   in under 10 s, near-linear growth.
+
+Children read Python's bytecode caches, byte-compiled first as an installation
+does (``--bytecode off`` removes those ``.pyc`` files and sets
+``PYTHONDONTWRITEBYTECODE=1``: every module of tensorlang is then compiled from
+source in every process, as in an environment that never writes bytecode).
 
 Every gradient is checked against the workload's NumPy reference; a wrong one
 is reported as an error row, never timed.
@@ -54,6 +70,7 @@ def _child_workload(name: str) -> dict:
     from . import workloads as W
 
     t_import = time.perf_counter() - t0
+    before = set(sys.modules)
     w = W.BY_NAME[name]
     sizes = dict(w.quick)
     data = w.make_data(sizes)
@@ -77,7 +94,38 @@ def _child_workload(name: str) -> dict:
     # the first call's time beyond the backend stage: Numba's JIT (or cache load) and the run
     stages["first call"] = max(0.0, t_call - stages.get("backend", 0.0))
     return {"workload": name, "import": t_import, "build": t_build, "call": t_call, "total": total,
-            "stages": stages, "error": err}
+            "stages": stages, "error": err, "modules": _our_modules(before)}
+
+
+def _our_modules(before: set) -> list:
+    """tensorlang's modules imported since ``before`` (generated kernel modules aside)."""
+    return sorted(m for m in set(sys.modules) - before
+                  if m.split(".")[0] == "tensorlang" and not m.startswith("tensorlang_kernel_"))
+
+
+def _child_split(name: str, cache: str, modules: str) -> dict:
+    """The warm first result taken apart in one process (see the module doc):
+    Numba's floor, then importing ``modules`` (comma-separated), then the
+    first gradient."""
+    import importlib
+
+    import tensorlang as tl
+
+    from . import workloads as W
+
+    w = W.BY_NAME[name]
+    data = w.make_data(dict(w.quick))
+    t_floor = _floor_call(cache)
+    t0 = time.perf_counter()
+    for m in filter(None, modules.split(",")):
+        importlib.import_module(m)
+    t_imports = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    loss, inputs = w.program()
+    g = tl.grad(loss, wrt=[inputs[k] for k in w.wrt])
+    g(**data)
+    t_work = time.perf_counter() - t1
+    return {"workload": name, "floor": t_floor, "imports": t_imports, "work": t_work}
 
 
 def _child_chain(n_terms: int) -> dict:
@@ -129,14 +177,20 @@ def _child_floor(cache: str) -> dict:
     after ``import tensorlang`` to the first result of a trivial Numba
     function with ``cache=True`` whose machine code is already on disk
     (importing Numba, initialising its CPU target, loading the cached code)."""
-    import importlib.util
-
     t0 = time.perf_counter()
-    import numpy as np
-
     import tensorlang  # noqa: F401
 
     t_import = time.perf_counter() - t0
+    return {"floor": _floor_call(cache), "import": t_import}
+
+
+def _floor_call(cache: str) -> float:
+    """Seconds to the first result of the trivial function (compiled and
+    cached by the first call in ``cache``)."""
+    import importlib.util
+
+    import numpy as np
+
     path = os.path.join(cache, "numba_floor.py")
     if not os.path.exists(path):
         Path(path).write_text(_FLOOR_SRC)
@@ -146,7 +200,29 @@ def _child_floor(cache: str) -> dict:
     sys.modules["numba_floor"] = mod  # Numba's cache loader imports the module by name (as backend/cache.py)
     spec.loader.exec_module(mod)
     mod.total(np.ones(4))
-    return {"floor": time.perf_counter() - t1, "import": t_import}
+    return time.perf_counter() - t1
+
+
+BYTECODE = {"cached": True}  # set by --bytecode (run())
+
+
+def _byte_compile() -> None:
+    """Python's bytecode for tensorlang, its passes and the benchmarks, as an
+    installation leaves it (pip byte-compiles what it installs), so that a
+    child's imports read ``.pyc`` files instead of compiling every module."""
+    import compileall
+
+    for d in ("tensorlang", "passes", "benchmarks"):
+        compileall.compile_dir(str(ROOT / d), quiet=1)
+
+
+def _drop_bytecode() -> None:
+    """Remove the ``.pyc`` files of tensorlang, its passes and the benchmarks
+    (``--bytecode off``: with PYTHONDONTWRITEBYTECODE=1 none is written back,
+    so every child compiles those modules from source)."""
+    for d in ("tensorlang", "passes", "benchmarks"):
+        for pyc in (ROOT / d).rglob("__pycache__/*.pyc"):
+            pyc.unlink()
 
 
 def _run_child(args: list, cache: str, timeout: float) -> dict:
@@ -155,6 +231,12 @@ def _run_child(args: list, cache: str, timeout: float) -> dict:
     env = dict(os.environ, TENSORLANG_CACHE_DIR=cache, TENSORLANG_RUNTIME="compiled",
                NUMBA_CACHE_DIR=os.path.join(cache, "numba"))
     env.pop("TENSORLANG_PROFILE", None)
+    if BYTECODE["cached"]:
+        # Python's default: an environment with PYTHONDONTWRITEBYTECODE set
+        # (a CI sandbox) compiles every module from source in every process
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     cmd = [sys.executable, "-m", "benchmarks.compile_bench", "--child", *args]
     try:
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -171,21 +253,48 @@ def _run_child(args: list, cache: str, timeout: float) -> dict:
 # The parent
 
 
-def run(only=None, chains=(100, 400, 800, 2000, 5000), timeout: float = 600.0) -> dict:
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def _floors(cache: str, timeout: float, n: int = 3) -> dict:
+    """Numba's floor alone, ``n`` fresh processes (the first one compiles)."""
+    _run_child(["floor", cache], cache, timeout)
+    got = [r["floor"] for r in (_run_child(["floor", cache], cache, timeout) for _ in range(n)) if "floor" in r]
+    return {"median": statistics.median(got) if got else None, "runs": got, "load": _load()}
+
+
+def run(only=None, chains=(100, 400, 800, 2000, 5000), timeout: float = 600.0, bytecode: bool = True) -> dict:
     from . import workloads as W
 
+    BYTECODE["cached"] = bytecode
+    if bytecode:
+        _byte_compile()
+    else:
+        _drop_bytecode()
+
+    with tempfile.TemporaryDirectory(prefix="tl-compile-bench-") as cache:
+        floor_before = _floors(cache, timeout)
+    print(f"numba floor before: {_f(floor_before['median'])} (load {floor_before['load']})", flush=True)
     rows = []
     for w in W.select(only):
         with tempfile.TemporaryDirectory(prefix="tl-compile-bench-") as cache:
             cold = _run_child(["workload", w.name], cache, timeout)
-            warm = _run_child(["workload", w.name], cache, timeout) if "failed" not in cold else {"failed": "no cold run"}
-        rows.append({"workload": w.name, "cold": cold, "warm": warm})
+            if "failed" in cold:
+                warm = split = {"failed": "no cold run"}
+            else:
+                _run_child(["floor", cache], cache, timeout)  # the trivial function, compiled into this cache
+                warm = _run_child(["workload", w.name], cache, timeout)
+                mods = ",".join(warm.get("modules", ()))
+                split = _run_child(["split", w.name, cache, mods], cache, timeout)
+        rows.append({"workload": w.name, "cold": cold, "warm": warm, "split": split, "load": _load()})
         _print_row(rows[-1])
     with tempfile.TemporaryDirectory(prefix="tl-compile-bench-") as cache:
-        _run_child(["floor", cache], cache, timeout)  # compiles and caches the function
-        floor = _run_child(["floor", cache], cache, timeout)
-    if "floor" in floor:
-        print(f"numba floor (warm, trivial cached function): {floor['floor']:.2f} s beyond import", flush=True)
+        floor_after = _floors(cache, timeout)
+    print(f"numba floor after: {_f(floor_after['median'])} (load {floor_after['load']})", flush=True)
     chain_rows = []
     for n_terms in chains:
         with tempfile.TemporaryDirectory(prefix="tl-compile-bench-") as cache:
@@ -193,27 +302,52 @@ def run(only=None, chains=(100, 400, 800, 2000, 5000), timeout: float = 600.0) -
         chain_rows.append(r)
         print(_fmt_chain(n_terms, r), flush=True)
     summary = _summary(rows)
-    summary["numba_floor"] = floor.get("floor")
+    summary["numba_floor"] = {"before": floor_before, "after": floor_after}
+    summary["bytecode"] = "cached" if bytecode else "off (PYTHONDONTWRITEBYTECODE=1)"
     print(summary["text"], flush=True)
-    return {"workloads": rows, "chain": chain_rows, "summary": summary, "floor": floor}
+    return {"workloads": rows, "chain": chain_rows, "summary": summary}
 
 
 def _ok(r: dict) -> bool:
     return "failed" not in r and r.get("error", 1.0) <= 1e-6
 
 
+def share(r: dict):
+    """tensorlang's share of the warm first result: warm minus Numba's floor
+    measured in the same program's split process (None if either is missing)."""
+    if not _ok(r["warm"]) or "floor" not in r.get("split", {}):
+        return None
+    return r["warm"]["total"] - r["split"]["floor"]
+
+
+def _f(v, unit=" s"):
+    return "-" if v is None else f"{v:.2f}{unit}"
+
+
+def _stat(vals):
+    return (statistics.median(vals), max(vals)) if vals else (None, None)
+
+
 def _summary(rows) -> dict:
     cold = [r["cold"]["total"] for r in rows if _ok(r["cold"])]
     warm = [r["warm"]["total"] for r in rows if _ok(r["warm"])]
-    out = {"cold_median": statistics.median(cold) if cold else None, "cold_worst": max(cold) if cold else None,
-           "warm_median": statistics.median(warm) if warm else None, "warm_worst": max(warm) if warm else None,
-           "failed": [r["workload"] for r in rows if not (_ok(r["cold"]) and _ok(r["warm"]))]}
-
-    def f(v):
-        return "-" if v is None else f"{v:.2f} s"
-
-    out["text"] = (f"cold first gradient: median {f(out['cold_median'])}, worst {f(out['cold_worst'])} (goals 1 s, 3 s); "
-                   f"warm: median {f(out['warm_median'])}, worst {f(out['warm_worst'])} (goal 0.1 s)"
+    shares = [v for v in map(share, rows) if v is not None]
+    floors = [r["split"]["floor"] for r in rows if "floor" in r.get("split", {})]
+    out = {"failed": [r["workload"] for r in rows if not (_ok(r["cold"]) and _ok(r["warm"]))]}
+    out["cold_median"], out["cold_worst"] = _stat(cold)
+    out["warm_median"], out["warm_worst"] = _stat(warm)
+    out["share_median"], out["share_worst"] = _stat(shares)
+    direct = [r["split"]["imports"] + r["split"]["work"] for r in rows if "work" in r.get("split", {})]
+    out["direct_median"], out["direct_worst"] = _stat(direct)
+    imports = [r["split"]["imports"] for r in rows if "imports" in r.get("split", {})]
+    out["imports_median"] = statistics.median(imports) if imports else None
+    out["floor_median"] = statistics.median(floors) if floors else None
+    out["text"] = (f"cold first gradient: median {_f(out['cold_median'])}, worst {_f(out['cold_worst'])} "
+                   f"(goals 1 s, 3 s); warm: median {_f(out['warm_median'])}, worst {_f(out['warm_worst'])}, "
+                   f"of which Numba's floor (median) {_f(out['floor_median'])}; tensorlang's share: median "
+                   f"{_f(out['share_median'])}, worst {_f(out['share_worst'])} (goal 0.1 s); measured directly "
+                   f"(imports + work after the floor, one process): median {_f(out['direct_median'])}, worst "
+                   f"{_f(out['direct_worst'])}, of which importing tensorlang's modules {_f(out['imports_median'])}"
                    + (f"; FAILED: {out['failed']}" if out["failed"] else ""))
     return out
 
@@ -232,6 +366,10 @@ def _print_row(r: dict) -> None:
         else:
             print(f"{r['workload']:18s} {kind}: {x['total']:.2f} s beyond import ({x['import']:.2f} s) "
                   f"[{_stages(x['stages'])}]", flush=True)
+    sp = r.get("split", {})
+    if "floor" in sp:
+        print(f"{r['workload']:18s} split: floor {sp['floor']:.2f}, imports {sp['imports']:.3f}, "
+              f"work {sp['work']:.3f}; share {_f(share(r))}", flush=True)
 
 
 def _fmt_chain(n_terms: int, r: dict) -> str:
@@ -243,19 +381,30 @@ def _fmt_chain(n_terms: int, r: dict) -> str:
 
 
 def markdown(res: dict) -> str:
-    lines = ["| program | cold (s) | warm (s) | slowest cold stages |", "|---|---|---|---|"]
+    lines = ["| program | cold (s) | warm (s) | Numba floor (s) | share (s) | imports (s) | work (s) | "
+             "slowest cold stages |", "|---|---|---|---|---|---|---|---|"]
     for r in res["workloads"]:
-        c, w = r["cold"], r["warm"]
+        c, w, sp = r["cold"], r["warm"], r.get("split", {})
         cs = f"{c['total']:.2f}" if _ok(c) else "failed"
         ws = f"{w['total']:.3f}" if _ok(w) else "failed"
-        lines.append(f"| {r['workload']} | {cs} | {ws} | {_stages(c.get('stages', {}))} |")
-    lines += ["", "| chain N | gradient build (s) |", "|---|---|"]
-    for r in res["chain"]:
-        lines.append(f"| {r.get('chain', '?')} | {r['build']:.2f} |" if "build" in r else f"| ? | {r.get('failed')} |")
-    lines += ["", res["summary"]["text"]]
-    if res["summary"].get("numba_floor") is not None:
-        lines.append(f"Numba's own warm floor (import, CPU target, cached code of a trivial function): "
-                     f"{res['summary']['numba_floor']:.2f} s beyond import")
+        fl = f"{sp['floor']:.3f}" if "floor" in sp else "-"
+        im = f"{sp['imports']:.3f}" if "imports" in sp else "-"
+        wk = f"{sp['work']:.3f}" if "work" in sp else "-"
+        sh = share(r)
+        lines.append(f"| {r['workload']} | {cs} | {ws} | {fl} | {_f(sh, '')} | {im} | {wk} | "
+                     f"{_stages(c.get('stages', {}))} |")
+    if res["chain"]:
+        lines += ["", "| chain N | gradient build (s) |", "|---|---|"]
+        for r in res["chain"]:
+            lines.append(f"| {r.get('chain', '?')} | {r['build']:.2f} |" if "build" in r
+                         else f"| ? | {r.get('failed')} |")
+    lines += ["", res["summary"]["text"], f"Python bytecode caches: {res['summary'].get('bytecode', '?')}"]
+    fl = res["summary"].get("numba_floor") or {}
+    if fl:
+        b, a = fl.get("before", {}), fl.get("after", {})
+        lines.append(f"Numba's floor alone (fresh processes; import, CPU target, cached code of a trivial function): "
+                     f"{_f(b.get('median'))} before the programs (load {b.get('load')}), "
+                     f"{_f(a.get('median'))} after (load {a.get('load')})")
     return "\n".join(lines) + "\n"
 
 
@@ -265,6 +414,8 @@ def main(argv=None) -> int:
         kind, arg = argv[1], argv[2]
         if kind == "floor":
             res = _child_floor(arg)
+        elif kind == "split":
+            res = _child_split(arg, argv[3], argv[4] if len(argv) > 4 else "")
         else:
             res = _child_workload(arg) if kind == "workload" else _child_chain(int(arg))
         print(TAG + json.dumps(res), flush=True)
@@ -275,8 +426,11 @@ def main(argv=None) -> int:
                    help="sizes of the N-term sum whose gradient build is timed (none: skip)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per child process")
     p.add_argument("--out", help="directory for compile.json and compile.md")
+    p.add_argument("--bytecode", choices=("cached", "off"), default="cached",
+                   help="children read Python bytecode caches (default, as installed) or compile every module "
+                        "from source (PYTHONDONTWRITEBYTECODE=1)")
     a = p.parse_args(argv)
-    res = run(a.only, tuple(a.chain), a.timeout)
+    res = run(a.only, tuple(a.chain), a.timeout, a.bytecode == "cached")
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         Path(a.out, "compile.json").write_text(json.dumps(res, indent=1))

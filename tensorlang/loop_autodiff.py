@@ -295,11 +295,15 @@ def adjoint(prog, wrt, *, cotangent: str, mode: str = "sparse"):
     which imports this module for loop programs, so it is not imported back);
     ``mode="naive"``: the dense transposition, unsimplified."""
     from . import bounds
+    from .backend.derived_cache import Entry
     from .driver import route
 
     seed = Var(cotangent, 0, type_of(prog))
     dt = "naive_adjoint" if mode == "naive" else "adjoint"  # the stage list's routes (tensorlang.driver)
-    out = route("adjoint naive" if mode == "naive" else "adjoint").run(prog, **{dt: {"wrt": list(wrt), "seed": seed}})
+    # a warm process reads the part's adjoint from the derived-program cache (issue 14 item 6)
+    out = Entry("loop part adjoint", prog, list(wrt), {"mode": mode, "cotangent": cotangent}, (seed,)).derive(
+        lambda: route("adjoint naive" if mode == "naive" else "adjoint").run(prog, **{dt: {"wrt": list(wrt),
+                                                                                           "seed": seed}}))
     bounds.inherit(out, prog)
     return out
 
@@ -307,10 +311,13 @@ def adjoint(prog, wrt, *, cotangent: str, mode: str = "sparse"):
 def derivative(prog, wrt):
     """``simplify(D⟦prog⟧)`` of a loop-free part; tangents are named ``d<name>``."""
     from . import bounds
+    from .backend.derived_cache import Entry
     from .driver import route
     from .passes.total_derivative import tangent_inputs
 
-    out = route("derivative").run(prog, derivative={"sigma": tangent_inputs(prog, list(wrt))})
+    sigma = tangent_inputs(prog, list(wrt))
+    out = Entry("loop part derivative", prog, list(wrt), {}, tuple(sigma.values())).derive(
+        lambda: route("derivative").run(prog, derivative={"sigma": sigma}))
     bounds.inherit(out, prog)
     return out
 

@@ -121,9 +121,9 @@ class Kernel:
         got = self._variants.get(dtype)
         if got is not None:
             return got
-        from .codegen import source
-
         if self.python:
+            from .codegen import source
+
             ir, spec = self.lowered()
             src = source(ir, dtype, cache=False)
             ns: dict = {}
@@ -134,7 +134,9 @@ class Kernel:
             hit = _cache.load(key, self.prepared, self.mode)  # checked against the program's signature
             if hit is not None:
                 got = _Variant(key, hit[0], hit[1], hit[2], True)
-            else:
+            else:  # code generation (and its modules) only on a miss: a warm process imports none of it
+                from .codegen import source
+
                 ir, spec = self.lowered()
                 src = source(ir, dtype)
                 got = _Variant(key, _cache.store(key, src, spec), spec, src, False, ir)

@@ -117,6 +117,12 @@ def _hash(n, memo) -> str:
     return f"{type(n).__name__}:{n!r}"
 
 
+def node_hash(node) -> str:
+    """SHA-256 of an IR term's structure and leaf values (exact: ``repr`` of
+    every constant), as in :func:`program_key`."""
+    return _hash(node, {})
+
+
 def program_key(program, mode: str, **options) -> str:
     """Key of ``program`` compiled in ``mode`` with ``options`` (e.g. ``dtype="float32"``)."""
     h = _hash(canonicalize(program), {})

@@ -63,11 +63,43 @@ def _impl(name: str):
 
 
 def fingerprint(name: str) -> str:
-    """What the cache key needs of a user function: its implementation's code."""
+    """What the cache key needs of a user function: its implementation's code,
+    and its partial derivatives (rule 6.6: a kernel computing ``D[f]`` runs
+    the expansion the lowering builds from them), as the IR they build on
+    placeholder arguments and the fingerprints of the functions they call,
+    recursively.  So a changed partial, or a changed function reached only
+    through one, is a new key for a program that names only ``f``."""
+    return _fingerprint(name, set())
+
+
+def _is_builtin(fn: str) -> bool:
+    return fn in UNARY_UFUNCS or fn in ("div", "sigmoid") or power_exponent(fn) is not None
+
+
+def _base(fn: str) -> str:
+    while fn.startswith("D[") and fn.endswith("]"):  # D[g] runs g's partials: g's fingerprint covers them
+        fn = fn[2:-1]
+    return fn
+
+
+def _fingerprint(name: str, seen: set) -> str:
+    from ..ir import Call, Var, walk
+    from ..ir.types import REAL
+    from .cache import node_hash
+
+    seen.add(name)
     fd, f = _impl(name)
     code = getattr(f, "__code__", None)
-    text = repr((fd.arity, code.co_code, code.co_consts, code.co_names)) if code is not None else repr(f)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    parts = [repr((fd.arity, code.co_code, code.co_consts, code.co_names)) if code is not None else repr(f)]
+    args = tuple(Var(f"_a{j}", 0, REAL) for j in range(fd.arity))
+    partials = tuple(fd.partials(*args))
+    parts += [node_hash(p) for p in partials]
+    # built-ins (NumPy ufuncs, div, sigmoid, the pow[k] family, whose
+    # partials name pow[k-1] without end) are kernel-IR nodes, not called code
+    called = sorted({g for p in partials for n in walk(p) if isinstance(n, Call)
+                     for g in [_base(n.fn)] if not _is_builtin(g)} - seen)
+    parts += [f"{g}={_fingerprint(g, seen)}" for g in called]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
 def cacheable(f) -> bool:
@@ -82,6 +114,13 @@ def cacheable(f) -> bool:
     g = getattr(f, "__globals__", {})
     # a global value (not a module) may change without the file changing: not cached
     return all(isinstance(g[n], types.ModuleType) for n in code.co_names if n in g)
+
+
+def code_fixed(name: str) -> bool:
+    """Is the machine code of the registered function ``name`` decided by its
+    :func:`fingerprint` alone (:func:`cacheable`), so that a kernel calling it
+    may be kept in Numba's disk cache under a key holding the fingerprint?"""
+    return cacheable(_impl(name)[1])
 
 
 def check_compiles(name: str) -> None:

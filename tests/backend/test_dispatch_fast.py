@@ -103,10 +103,11 @@ def test_finite_scan_finds_every_non_finite_value(dtype):
     """The NaN/inf scan tests exponent bits in blocks of 4096: a bad value at
     either end of a block, or of a partial last block, is found; extreme
     finite values (max, subnormals, -0.0) are not refused (against np.isfinite)."""
-    from tensorlang.backend.dispatch import _all_finite
+    from tensorlang.backend.dispatch import FINITE_JIT_MIN, _all_finite
 
     rng = np.random.default_rng(0)
-    for n in (0, 1, 4095, 4096, 4097, 10000):
+    # small arrays take NumPy's isfinite, from FINITE_JIT_MIN values the compiled scan
+    for n in (0, 1, 4095, 4096, 4097, 10000, FINITE_JIT_MIN, FINITE_JIT_MIN + 4097):
         a = rng.normal(size=n).astype(dtype)
         assert _all_finite(a)
         for bad in (np.nan, np.inf, -np.inf):
