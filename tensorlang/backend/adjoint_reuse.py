@@ -47,6 +47,7 @@ from ..ir import (
     Const,
     Iverson,
     Mul,
+    Proj,
     RealT,
     TensorT,
     Var,
@@ -65,13 +66,26 @@ from ..typecheck import type_of
 from .domains import Scope, box_cons
 
 
+def _array(e) -> bool:
+    """An input or bound array: a variable or a projection chain of one."""
+    while isinstance(e, Proj):
+        e = e.arg
+    return isinstance(e, Var)
+
+
 class _Term:
     """``coef·[preds]·arr[binder_k + off_k]`` (a term of a linear stencil)."""
 
-    __slots__ = ("coef", "preds", "arr", "off")
+    __slots__ = ("coef", "preds", "arr", "off", "acc")
 
-    def __init__(self, coef, preds, arr, off):
-        self.coef, self.preds, self.arr, self.off = coef, preds, arr, off
+    def __init__(self, coef, preds, arr, off, acc):
+        self.coef, self.preds, self.arr, self.off, self.acc = coef, preds, arr, off, acc
+
+    def expr(self):
+        e = self.acc if self.coef == 1 else Mul(Const(self.coef), self.acc)
+        for p in reversed(self.preds):
+            e = Iverson(p, e)
+        return e
 
 
 def _linear(e, binders):
@@ -84,20 +98,20 @@ def _linear(e, binders):
             return None if x is None or y is None else x + y
         case Mul(lhs=Const(value=c), rhs=b) | Mul(lhs=b, rhs=Const(value=c)):
             x = _linear(b, binders)
-            return None if x is None else [_Term(c * t.coef, t.preds, t.arr, t.off) for t in x]
+            return None if x is None else [_Term(c * t.coef, t.preds, t.arr, t.off, t.acc) for t in x]
         case Iverson(pred=p, body=b):
             x = _linear(b, binders)
-            return None if x is None else [_Term(t.coef, [p] + t.preds, t.arr, t.off) for t in x]
+            return None if x is None else [_Term(t.coef, [p] + t.preds, t.arr, t.off, t.acc) for t in x]
         case Access():
             base, idx = accesses(e)
-            if not isinstance(base, Var) or len(idx) != len(binders):
+            if not _array(base) or len(idx) != len(binders):
                 return None
             off = []
             for a, i in zip(idx, binders):
                 if len(a.terms) != 1 or a.terms[0][0] is not i or a.terms[0][1] != 1:
                     return None
                 off.append(a.const)
-            return [_Term(1, [], base, tuple(off))]
+            return [_Term(1, [], base, tuple(off), e)]
     return None
 
 
@@ -106,7 +120,7 @@ def _own_access(e, binders):
     if not isinstance(e, Access):
         return None
     base, idx = accesses(e)
-    if not isinstance(base, Var) or len(idx) != len(binders):
+    if not _array(base) or len(idx) != len(binders):
         return None
     if all(len(a.terms) == 1 and a.terms[0] == (i, 1) and a.const == 0 for a, i in zip(idx, binders)):
         return base
@@ -160,13 +174,15 @@ def _same_terms(base: Scope, sdom, sterms, gdom, gterms) -> bool:
 
 
 def _find(e, gbinders, lam, want):
-    """The sub-expression of ``e`` (through ``+`` and ``·``, no binders) that
-    is the linear stencil of ``λ`` ``want`` accepts, or None."""
+    """``(sub-expression, its terms)``: the sub-expression of ``e`` (through
+    ``+`` and ``·``, no binders) that is the linear stencil of ``λ`` ``want``
+    accepts, or None."""
     terms = _linear(e, gbinders)
     if terms and all(t.arr is lam for t in terms) and want(terms):
-        return e
+        return e, terms
     if isinstance(e, (Add, Mul)):
-        return _find(e.lhs, gbinders, lam, want) or _find(e.rhs, gbinders, lam, want)
+        got = _find(e.lhs, gbinders, lam, want)
+        return got if got is not None else _find(e.rhs, gbinders, lam, want)
     return None
 
 
@@ -204,18 +220,25 @@ def _rewrite_one(binds, base: Scope):
             if j == k or len(gdom) != len(sdom) or not isinstance(type_of(gbody), RealT):
                 continue
             gi = [i for i, _ in gdom]
-            if not _same_extents(u.type, [n for _, n in gdom]):
+            if not _same_extents(type_of(u), [n for _, n in gdom]):
                 continue  # Σ_j u[j]·w[j] over dY's domain must stay in u's bounds
-            P = _find(gbody, gi, lam, lambda ts: _same_terms(base, sdom, sterms, gdom, ts))
-            if P is None:
+            got = _find(gbody, gi, lam, lambda ts: _same_terms(base, sdom, sterms, gdom, ts))
+            if got is None:
                 continue
-            w = fresh_var("lt", type_of(make_gens(gdom, P)))
+            P, gterms = got
+            # w in the terms' own form (Σ c·[h]·λ[j - a]): both consumers then
+            # carry the same expression, which no earlier element replaces
+            # in one of them only (lower.py's elements.reuse)
+            W = gterms[0].expr()
+            for t in gterms[1:]:
+                W = Add(W, t.expr())
+            w = fresh_var("lt", type_of(make_gens(gdom, W)))
             new_g = make_gens(gdom, _replace(gbody, P, access(w, gi)))
             q = [fresh_index("q") for _ in gdom]
             new_s = make_sums(list(zip(q, [n for _, n in gdom])), Mul(access(u, q), access(w, q)))
             out = list(binds)
             out[k], out[j] = (dk, new_s), (dy, new_g)
-            out.insert(min(j, k), (w, make_gens(gdom, P)))
+            out.insert(min(j, k), (w, make_gens(gdom, W)))
             return out, w
     return None
 
