@@ -259,13 +259,11 @@ def reuse_transpose(binds, base: Scope):
     return binds, made
 
 
-def reuse_program(prog):
+def reuse_program(prog, base: Scope):
     """The rewrite on a let-block program in the backend grammar (for the
-    cost model and tests): ``let w = … in …`` with ``w`` kept bound."""
-    from .lower import Lowerer
-
+    cost model and tests): ``let w = … in …`` with ``w`` kept bound;
+    ``base``: the program's size scope (``lower.Lowerer(prog).scope0``)."""
     binds, out = lets(prog)
-    base = Lowerer(prog, "sparse").scope0
     binds, _ = reuse_transpose(binds, base)
     return make_lets(binds, out)
 

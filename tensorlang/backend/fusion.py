@@ -371,8 +371,9 @@ def _factored(x: Var, rhs: Expr, binds: list, k: int):
     return binds[:j] + [(v, out)] + binds[j + 1:]
 
 
-def fuse(binds, outs, base: Scope):
-    """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc)."""
+def fuse(binds, outs, base: Scope, reuse: bool = True):
+    """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc);
+    ``reuse=False``: without ``adjoint_reuse`` (tests compare the two)."""
     binds = list(binds)
     keep = set(outs)
     changed = True
@@ -404,7 +405,7 @@ def fuse(binds, outs, base: Scope):
             binds = binds[:k] + [(y, _replace(r, x, gv, body, memo)) for y, r in binds[k + 1:]]
             changed = True
             break
-    return _reuse(binds, base)
+    return _reuse(binds, base) if reuse else binds
 
 
 def _reuse(binds, base: Scope):
