@@ -63,7 +63,7 @@ from ..ir import (
     sums,
 )
 from ..typecheck import type_of
-from .domains import Scope, box_cons
+from .domains import Scope, box_cons, has_rel
 
 
 def _array(e) -> bool:
@@ -151,6 +151,8 @@ def _same_terms(base: Scope, sdom, sterms, gdom, gterms) -> bool:
     with the same coefficient and the same set of points ``j`` (module doc)."""
     if len(sterms) != len(gterms):
         return False
+    if any(has_rel(p) for t in sterms + gterms for p in t.preds):
+        return False  # isl sees a relation as its range facts only: an over-approximation, no equality
     by_off = {t.off: t for t in gterms}
     if len(by_off) != len(gterms):
         return False
@@ -186,6 +188,16 @@ def _find(e, gbinders, lam, want):
     return None
 
 
+def _ops(e) -> int:
+    """``+`` and ``·`` of an expression tree (Fig. 6 per point: its brackets
+    are the same in both forms compared)."""
+    if isinstance(e, (Add, Mul)):
+        return 1 + _ops(e.lhs) + _ops(e.rhs)
+    if isinstance(e, Iverson):
+        return _ops(e.body)
+    return 0
+
+
 def _replace(e, old, new):
     if e is old:
         return new
@@ -214,6 +226,8 @@ def _rewrite_one(binds, base: Scope):
         if got is None:
             continue
         lam, sterms = got
+        if len(sterms) < 2:
+            continue  # one term (a translated copy): <λ, u[· + a]> is already one read per point
         u = sterms[0].arr
         for j, (dy, grhs) in enumerate(binds):
             gdom, gbody = gens(grhs)
@@ -232,6 +246,8 @@ def _rewrite_one(binds, base: Scope):
             W = gterms[0].expr()
             for t in gterms[1:]:
                 W = Add(W, t.expr())
+            if _ops(W) > _ops(P):
+                W = P  # never more work than dY did (a coefficient factored out of the terms)
             w = fresh_var("lt", type_of(make_gens(gdom, W)))
             new_g = make_gens(gdom, _replace(gbody, P, access(w, gi)))
             q = [fresh_index("q") for _ in gdom]
