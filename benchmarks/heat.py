@@ -171,22 +171,26 @@ def _interleaved(f, g, repeats: int) -> tuple:
                  for k in (0, 2))
 
 
-def measure_policies(n: int, T: int, repeats: int) -> dict:
+def measure_policies(n: int, T: int, repeats: int, mod=None) -> dict:
+    """Gradient/primal times per checkpoint policy; ``mod``: another loop
+    workload module with the same functions (``benchmarks.wave``), else heat."""
     import tensorlang as tl
     from tensorlang.loops import schedule
 
-    d = data({"n": n, "T": T}, np.random.default_rng(0))
-    want = grad_ref(d) if n * n * T <= 256 * 256 * 1000 else None
+    mod = mod or sys.modules[__name__]
+    wrt = mod.workload_fields()["wrt"]
+    d = mod.data({"n": n, "T": T}, np.random.default_rng(0))
+    want = mod.grad_ref(d) if n * n * T <= 256 * 256 * 1000 else None
     out = {"n": n, "T": T}
     k = max(1, math.isqrt(T))
     for name, ck in (("all", "all"), (f"k={k}", k), ("binomial", "binomial")):
-        loss, ins = program("T", ck)
+        loss, ins = mod.program("T", ck)
         f = tl.compile(loss)
-        g = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])
+        g = tl.grad(loss, wrt=[ins[w] for w in wrt])
         gu, gk = g(**d)
         if want is not None:
-            err = max(float(np.abs(gu - want["u0"]).max() / max(1.0, np.abs(want["u0"]).max())),
-                      abs(gk - float(want["kappa"])) / max(1.0, abs(float(want["kappa"]))))
+            err = max(float(np.abs(gu - want[wrt[0]]).max() / max(1.0, np.abs(want[wrt[0]]).max())),
+                      abs(gk - float(want[wrt[1]])) / max(1.0, abs(float(want[wrt[1]]))))
             assert err < 1e-8, f"{name}: gradient differs from the NumPy reference by {err}"
         (tp, tpm, tpc, tpcm), (tg, tgm, tgc, tgcm) = _interleaved(lambda: f(**d), lambda: g(**d), repeats)
         sc = schedule(loss_policy(ck), T)
@@ -393,9 +397,17 @@ def main(argv=None) -> int:
     p.add_argument("--no-build", action="store_true", help="skip the build-time measurement")
     p.add_argument("--memory", action="store_true", help="also the peak memory of one gradient call (fresh processes)")
     p.add_argument("--steps", action="store_true", help="also the step programs' microseconds per step (measure_steps)")
+    p.add_argument("--wave", action="store_true", help="the wave equation's policies only (benchmarks/wave.py)")
     a = p.parse_args(argv)
     n = a.n or (32 if a.quick else 256)
     T = a.T or (50 if a.quick else 1000)
+    if a.wave:
+        from benchmarks import wave
+
+        res = {"load_average": os.getloadavg(), "wave": measure_policies(n, T, a.repeats, wave),
+               "load_average_after": os.getloadavg()}
+        print(json.dumps(res, indent=1))
+        return 0
     res = {"load_average": os.getloadavg(), "tensorlang": measure_policies(n, T, a.repeats),
            "jax": measure_jax(n, T, a.repeats)}
     res["load_average_after"] = os.getloadavg()
