@@ -173,7 +173,7 @@ def _interleaved(f, g, repeats: int) -> tuple:
 
 def measure_policies(n: int, T: int, repeats: int, mod=None) -> dict:
     """Gradient/primal times per checkpoint policy; ``mod``: another loop
-    workload module with the same functions (``benchmarks.wave``), else heat."""
+    workload module with the same functions (``python -m benchmarks.wave``), else heat."""
     import tensorlang as tl
     from tensorlang.loops import schedule
 
@@ -397,17 +397,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-build", action="store_true", help="skip the build-time measurement")
     p.add_argument("--memory", action="store_true", help="also the peak memory of one gradient call (fresh processes)")
     p.add_argument("--steps", action="store_true", help="also the step programs' microseconds per step (measure_steps)")
-    p.add_argument("--wave", action="store_true", help="the wave equation's policies only (benchmarks/wave.py)")
     a = p.parse_args(argv)
     n = a.n or (32 if a.quick else 256)
     T = a.T or (50 if a.quick else 1000)
-    if a.wave:
-        from benchmarks import wave
-
-        res = {"load_average": os.getloadavg(), "wave": measure_policies(n, T, a.repeats, wave),
-               "load_average_after": os.getloadavg()}
-        print(json.dumps(res, indent=1))
-        return 0
     res = {"load_average": os.getloadavg(), "tensorlang": measure_policies(n, T, a.repeats),
            "jax": measure_jax(n, T, a.repeats)}
     res["load_average_after"] = os.getloadavg()
