@@ -197,3 +197,42 @@ def test_wave_gradient_through_the_loop(ck):
     from benchmarks import wave
 
     _fd_check(wave, "c2", ck)
+
+
+# -- hfuse.py: one computation of a value two fused statements share ------------------------------
+
+
+def _body(middle_writes: str | None):
+    """``acc += x[i]·(y[i] + y[i+1])``, [a store into ``middle_writes``], ``z[i] = 2·(y[i] + y[i+1])``."""
+    i = K.Name("i")
+    e = K.FSum((K.Load("y", (i,)), K.Load("y", (K.IBin("+", i, K.Int(1)),))))
+    out = [AccAdd("acc", K.FMul(K.Load("x", (i,)), e))]
+    if middle_writes is not None:
+        out.append(Store(middle_writes, (i,), K.Float(0.0)))
+    out.append(Store("z", (i,), K.FMul(K.Float(2.0), e)))
+    return tuple(out), e
+
+
+@pytest.mark.parametrize("writes, shared", [(None, True), ("w", True), ("y", False)])
+def test_fused_bodies_share_a_value_only_where_nothing_between_changes_it(writes, shared):
+    from tensorlang.backend.hfuse import _share
+
+    body, e = _body(writes)
+    names = iter(f"cse{k}" for k in range(10))
+    got = _share((Loop("i", K.Int(0), K.Name("n"), 1, body, "sum"),), lambda: next(names))[0].body
+    reads = [s for s in got if isinstance(s, Assign)]
+    if shared:  # computed once, before its first use; both uses read the local
+        assert reads == [Assign("cse0", e)] and got[0] == reads[0]
+        assert all(e not in _subexprs(s.value) for s in got[1:])
+    else:  # y[i] changes in between: each statement computes its own
+        assert got == body
+
+
+def _subexprs(e) -> list:
+    out = [e]
+    if isinstance(e, tuple):
+        return [y for x in e for y in _subexprs(x)]
+    if isinstance(e, K.KExpr) and hasattr(e, "__dataclass_fields__"):
+        for f in e.__dataclass_fields__:
+            out += _subexprs(getattr(e, f))
+    return out
