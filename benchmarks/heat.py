@@ -171,22 +171,26 @@ def _interleaved(f, g, repeats: int) -> tuple:
                  for k in (0, 2))
 
 
-def measure_policies(n: int, T: int, repeats: int) -> dict:
+def measure_policies(n: int, T: int, repeats: int, mod=None) -> dict:
+    """Gradient/primal times per checkpoint policy; ``mod``: another loop
+    workload module with the same functions (``python -m benchmarks.wave``), else heat."""
     import tensorlang as tl
     from tensorlang.loops import schedule
 
-    d = data({"n": n, "T": T}, np.random.default_rng(0))
-    want = grad_ref(d) if n * n * T <= 256 * 256 * 1000 else None
+    mod = mod or sys.modules[__name__]
+    wrt = mod.workload_fields()["wrt"]
+    d = mod.data({"n": n, "T": T}, np.random.default_rng(0))
+    want = mod.grad_ref(d) if n * n * T <= 256 * 256 * 1000 else None
     out = {"n": n, "T": T}
     k = max(1, math.isqrt(T))
     for name, ck in (("all", "all"), (f"k={k}", k), ("binomial", "binomial")):
-        loss, ins = program("T", ck)
+        loss, ins = mod.program("T", ck)
         f = tl.compile(loss)
-        g = tl.grad(loss, wrt=[ins["u0"], ins["kappa"]])
+        g = tl.grad(loss, wrt=[ins[w] for w in wrt])
         gu, gk = g(**d)
         if want is not None:
-            err = max(float(np.abs(gu - want["u0"]).max() / max(1.0, np.abs(want["u0"]).max())),
-                      abs(gk - float(want["kappa"])) / max(1.0, abs(float(want["kappa"]))))
+            err = max(float(np.abs(gu - want[wrt[0]]).max() / max(1.0, np.abs(want[wrt[0]]).max())),
+                      abs(gk - float(want[wrt[1]])) / max(1.0, abs(float(want[wrt[1]]))))
             assert err < 1e-8, f"{name}: gradient differs from the NumPy reference by {err}"
         (tp, tpm, tpc, tpcm), (tg, tgm, tgc, tgcm) = _interleaved(lambda: f(**d), lambda: g(**d), repeats)
         sc = schedule(loss_policy(ck), T)

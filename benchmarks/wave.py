@@ -12,6 +12,7 @@ the same step under ``lax.fori_loop``.
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 
 import numpy as np
@@ -106,3 +107,27 @@ def workload_fields() -> dict:
         notes="tl.loop over a pair state, checkpoint='all'; JAX peer: lax.fori_loop",
         tags=("loop",),
     )
+
+
+def main(argv=None) -> int:
+    """``python -m benchmarks.wave [--quick]``: gradient/primal time per
+    checkpoint policy, measured as ``benchmarks.heat`` does."""
+    import argparse
+    import json
+    import os
+
+    from .heat import measure_policies
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.wave", description=main.__doc__.split(":")[0])
+    p.add_argument("--quick", action="store_true", help="n = 32, T = 50")
+    p.add_argument("--repeats", type=int, default=7)
+    a = p.parse_args(argv)
+    n, T = (32, 50) if a.quick else (256, 1000)
+    res = {"load_average": os.getloadavg(), "wave": measure_policies(n, T, a.repeats, sys.modules[__name__]),
+           "load_average_after": os.getloadavg()}
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -374,8 +374,9 @@ def _factored(x: Var, rhs: Expr, binds: list, k: int):
     return binds[:j] + [(v, out)] + binds[j + 1:]
 
 
-def fuse(binds, outs, base: Scope):
-    """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc)."""
+def fuse(binds, outs, base: Scope, reuse: bool = True):
+    """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc);
+    ``reuse=False``: without ``adjoint_reuse`` (tests compare the two)."""
     binds = list(binds)
     keep = set(outs)
     changed = True
@@ -407,6 +408,22 @@ def fuse(binds, outs, base: Scope):
             binds = binds[:k] + [(y, _replace(r, x, gv, body, memo)) for y, r in binds[k + 1:]]
             changed = True
             break
+    return _reuse(binds, base) if reuse else binds
+
+
+def _reuse(binds, base: Scope):
+    """``adjoint_reuse``: ``<λ, L u>`` as ``<Lᵀλ, u>``, its ``w = Lᵀλ``
+    substituted into both consumers (read at their own point only): the
+    serial kernel's fused nest computes it once (``hfuse.py``), and no
+    temporary is kept."""
+    from .adjoint_reuse import reuse_transpose
+
+    binds, made = reuse_transpose(binds, base)
+    for w in made:
+        k = next(k for k, (x, _) in enumerate(binds) if x is w)
+        g, body = gens(binds[k][1])
+        memo: dict = {}
+        binds = binds[:k] + [(y, _replace(r, w, [i for i, _ in g], body, memo)) for y, r in binds[k + 1:]]
     return binds
 
 

@@ -301,7 +301,115 @@ def fuse_nests(ir: KernelIR) -> KernelIR:
                 break
         if not done:
             j -= 1
-    return replace(ir, body=body) if changed else ir  # (sunk assignments kept only with a fusion)
+    if not changed:
+        return ir  # (sunk assignments kept only with a fusion)
+    return replace(ir, body=list(_share(body, _Fresh(ir))))
+
+
+# -- common sub-expressions of fused bodies ------------------------------------
+#
+# Two nests fused above may compute one value twice per point: adjoint_reuse.py
+# leaves ``Lᵀλ`` in both ``dκ = Σ u·Lᵀλ`` and ``dY = … κ·Lᵀλ`` (one binding
+# once, substituted into both consumers).  In a straight-line body, a float
+# sub-expression that reads at least one array and occurs in statements p < q
+# is computed once into a fresh local before p, when no statement from p up
+# to its last use writes a name it reads (p's own write happens after its
+# value is computed, but must not change the value q reads).
+
+_ARITH = (K.FSum, K.FMul, K.FNeg, K.FDiv)
+
+
+class _Fresh:
+    """Local names not used anywhere in a kernel."""
+
+    def __init__(self, ir):
+        self.used = set(ir.args) | {a.name for a in ir.allocs} | set(ir.results)
+        for s in walk_stmts(ir.body):
+            r, w = _rw([s])
+            self.used |= r | w
+        self.k = 0
+
+    def __call__(self) -> str:
+        while f"cse{self.k}" in self.used:
+            self.k += 1
+        name = f"cse{self.k}"
+        self.used.add(name)
+        return name
+
+
+def _subtrees(e, out: list) -> list:
+    """The arithmetic sub-expressions of ``e`` reading an array, largest first."""
+    if isinstance(e, _ARITH):
+        if _names_loads(e):
+            out.append(e)
+        for f in fields(e):
+            x = getattr(e, f.name)
+            for y in (x if isinstance(x, tuple) else (x,)):
+                if isinstance(y, K.KExpr):
+                    _subtrees(y, out)
+    return out
+
+
+def _names_loads(e) -> bool:
+    if isinstance(e, K.Load):
+        return True
+    if isinstance(e, tuple):
+        return any(_names_loads(x) for x in e)
+    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
+        return any(_names_loads(getattr(e, f.name)) for f in fields(e))
+    return False
+
+
+def _subst(e, old, new):
+    if e == old:
+        return new
+    if isinstance(e, tuple):
+        return tuple(_subst(x, old, new) for x in e)
+    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
+        return replace(e, **{f.name: _subst(getattr(e, f.name), old, new) for f in fields(e)})
+    return e
+
+
+def _value(s):
+    return s.value if isinstance(s, (Assign, AccAdd, Store)) else None
+
+
+def _share_once(body: list, fresh):
+    """``body`` with one common sub-expression shared, or None."""
+    for p, sp in enumerate(body):
+        if _value(sp) is None:
+            continue
+        for e in _subtrees(_value(sp), []):
+            reads = _names(e, set())
+            last = None
+            for q in range(p, len(body)):
+                if q > p and _value(body[q]) is not None and _subtrees(_value(body[q]), []).count(e):
+                    last = q
+                if _rw([body[q]])[1] & reads or _value(body[q]) is None:
+                    break
+            if last is None:
+                continue
+            name = fresh()
+            out = list(body[:p]) + [Assign(name, e)]
+            out += [replace(s, value=_subst(s.value, e, K.Name(name))) for s in body[p:last + 1]]
+            return out + list(body[last + 1:])
+    return None
+
+
+def _share(stmts, fresh) -> tuple:
+    """Statements with each straight-line body's common sub-expressions shared."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Loop):
+            s = replace(s, body=_share(s.body, fresh))
+        elif isinstance(s, If):
+            s = replace(s, then=_share(s.then, fresh), orelse=_share(s.orelse, fresh))
+        out.append(s)
+    while True:
+        got = _share_once(out, fresh)
+        if got is None:
+            return tuple(out)
+        out = got
 
 
 __all__ = ["fuse_nests"]

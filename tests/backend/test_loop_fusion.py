@@ -126,7 +126,9 @@ def test_scaled_copy_is_factored_into_its_consumer_without_extra_work():
     assert len(binds) == 2  # dκ's sum and du's gen: κ·du is not materialised
     e = heat_step_adjoint()
     for sizes in (dict(n=1), dict(n=6), dict(n=50)):
-        assert tl.cost(tl.explicit_sharing(f), **sizes) == tl.cost(tl.explicit_sharing(e), **sizes)
+        # never more work (adjoint_reuse.py then writes dκ over the same stencil as du's: at n = 1
+        # a bracketed term the original summed is empty there, one addition fewer)
+        assert tl.cost(tl.explicit_sharing(f), **sizes) <= tl.cost(tl.explicit_sharing(e), **sizes)
 
 
 def _scaled_programs():
