@@ -42,10 +42,10 @@ import threading
 
 import numpy as np
 
-from .errors import InputError, TensorLangError, UnsupportedError
+from .errors import InputError, TensorLangError, UnsupportedError, describe
 from .ir import REAL, Var, input_vars, size_vars
-from .backend.loop_kernel import LoopProgram, Part as _Part
-from .loops import binomial_budget, normalize_checkpoint, row_at, schedule, split, t_value
+from .backend.loop_kernel import LoopPart, LoopProgram, Part as _Part
+from .loops import binomial_budget, has_loop, normalize_checkpoint, row_at, schedule, split, t_value
 from .typecheck import type_of, wrt_inputs as _wrt
 
 
@@ -115,7 +115,11 @@ class _Reverse:
                 return "identity", wrt
             return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
 
-        self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
+        if isinstance(lp.post, LoopPart):  # the next loops (loops.chain): their own reverse sweeps, run first
+            pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
+            self.post_vjp = (_Reverse(lp.post.program, pxs, cot_name), pxs)
+        else:
+            self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
         # hoisted loop-invariant terms that depend on xs: the body's adjoint
         # accumulates their cotangents over the steps, pulled back once after
         hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
@@ -262,21 +266,27 @@ class _Reverse:
         def finish(sT):
             """The finishing part at the final state: (value, the state's cotangent)."""
             values[sp.final.name] = sT
-            value = lp.post(values, sizes)
-            got = self._run(self.post_vjp, values, sizes, self.cot, cot)
+            if isinstance(lp.post, LoopPart):  # the next loops' sweeps: value and cotangents in one call
+                nested, pxs = self.post_vjp
+                value, gs = nested(lp.post.kwargs(values, sizes), cot, policy)
+                got = {x.name: g for x, g in zip(pxs, gs)}
+            else:
+                value = lp.post(values, sizes)
+                got = self._run(self.post_vjp, values, sizes, self.cot, cot)
             ds = got.pop(sp.final.name, None)
             add(got)
             return value, (_tzeros(sp.state.type, sizes) if ds is None else ds)
 
         s0 = lp.pre(values, sizes)
         lp.invariants(values, sizes, T)
-        policy = sp.checkpoint if policy is None else normalize_checkpoint(policy)
+        policy = None if policy is None else normalize_checkpoint(policy)  # None: each loop its own
+        mine = sp.checkpoint if policy is None else policy
         if T == 0:
             value, ds = finish(s0)
         else:
-            got = self._sweeps(values, sizes, s0, policy, T, finish, acc)
+            got = self._sweeps(values, sizes, s0, mine, T, finish, acc)
             if got is None:
-                value, ds = self._steps(values, sizes, s0, schedule(policy, T), finish, add, acc)
+                value, ds = self._steps(values, sizes, s0, schedule(mine, T), finish, add, acc)
             else:
                 value, ds = got
         for v, c, part in self.inv_vjp:  # the hoisted terms' cotangents, pulled back once
@@ -432,7 +442,11 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
     dinv = [(v, dpart(e, xs)) for v, e in hs]  # the hoisted terms' tangents, computed once
     rows = [row for row, f, _ in sp.rows if f in xs]  # f[±t + c] at step t (loops.row_inputs), tangent df[±t + c]
     dbody = dpart(sp.body, [sp.state] + rows + xs + [v for v, _ in hs]) if lp.body is not None else None
-    dpost = dpart(sp.post, [sp.final] + xs)
+    if isinstance(lp.post, LoopPart):  # the next loops (loops.chain): their own forward loops with tangents
+        pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
+        dpost = jvp(sp.post, pxs, mode=mode)
+    else:
+        dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
         if n in {v.name for v in input_vars(expr)}:
             raise TensorLangError(f"the tangent name {n!r} is already an input of the program")
@@ -467,6 +481,10 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
             s = lp._step(lp.body, values, sizes, s, t)
         values[sp.final.name] = s
         values[dfinal] = ds
+        if isinstance(lp.post, LoopPart):
+            kw = lp.post.kwargs(values, sizes)
+            kw.update({"d" + x.name: values["d" + x.name] for x in pxs})
+            return dpost(**kw)
         return lp.post(values, sizes), run(dpost, sp.post, values, sizes, type_of(expr))
 
     f.loop_program = lp
@@ -492,15 +510,20 @@ def _elements(t, sizes) -> int:
 
 def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
     """The reverse sweep's Fig. 6 operation count and peak stored states at
-    the given sizes, for a checkpoint policy (default: the loop's own):
-    ``{"primal", "adjoint", "factor", "stored_states", "recomputed_steps",
-    "accumulated_per_step"}``; the adjoint counts the additions of each
-    step's input cotangents into their accumulators (what the sweep runs)."""
+    the given sizes, for a checkpoint policy (default: each loop's own):
+    ``{"primal", "adjoint", "factor", "stored_states", "stored_reals",
+    "recomputed_steps", "accumulated_per_step", "loops"}``; the adjoint
+    counts the additions of each step's input cotangents into their
+    accumulators (what the sweep runs).  With several loops
+    (``loops.chain``) ``"loops"`` lists each loop's own share (its steps,
+    policy, stored states and reals, recomputed steps, primal and adjoint
+    counts) in execution order, and the totals add them up."""
     from .costmodel import cost
 
     xs, _ = _wrt(wrt)
     sp = split(loss, "adjoint cost")
-    policy = sp.checkpoint if policy is None else normalize_checkpoint(policy)
+    override = None if policy is None else normalize_checkpoint(policy)  # None: each loop its own
+    policy = sp.checkpoint if override is None else override
     T = sp.steps.evaluate(sizes)
 
     def c(prog, **extra):
@@ -549,7 +572,14 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
     body_in = set(input_vars(sp.body))
     accum = sum(_elements(w.type, sizes) for w in bwrt if w in body_in)
     inv = sum(c(e) for _, e in sp.hoisted) if T else 0  # hoisted: once, not per step
-    primal = c(sp.pre) + inv + body + c(sp.post)
+    if has_loop(sp.post):  # the next loops (loops.chain): their sweeps, certified the same way
+        pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
+        rest = adjoint_cost(sp.post, pxs, override, **sizes)
+        post, post_adj = rest["primal"], rest["adjoint"] - rest["primal"]
+    else:
+        rest = None
+        post, post_adj = c(sp.post), ct(sp.post, [sp.final] + xs)
+    primal = c(sp.pre) + inv + body + post
     sch = schedule(policy, T) if T else None
     rec = sch.recomputed if sch else 0
     # recomputed steps: the count of the steps the schedule re-runs (each step's own count when they differ):
@@ -558,16 +588,30 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
         recomputed = rec * (body_once or 0)
     else:
         recomputed = _advanced_count(sch, lambda t: at_t(sp.body, t)) - body
-    total = (primal + ct(sp.pre, xs) + body_t + T * accum + recomputed + ct(sp.post, [sp.final] + xs)
-             + sum(ct(e, xs) for _, e in hs))
+    own = ct(sp.pre, xs) + body_t + T * accum + recomputed + sum(ct(e, xs) for _, e in hs)
+    total = primal + own + post_adj
+    shown = policy if not (isinstance(policy, tuple) and policy[1] is None) else ("binomial", binomial_budget(policy, T))
+    slots = sch.slots if sch else 0
+    mine = {
+        "loop": describe(sp.loop), "steps": T, "policy": shown, "stored_states": slots,
+        "recomputed_steps": rec, "accumulated_per_step": accum,
+        # peak state memory in reals: the stored states (the sweeps' two scratch states aside)
+        "stored_reals": slots * _elements(sp.state.type, sizes),
+        "primal": c(sp.pre) + inv + body, "adjoint": c(sp.pre) + inv + body + own,
+    }
+    loops_ = [mine] + (rest["loops"] if rest else [])
     out = {
-        "policy": policy if not (isinstance(policy, tuple) and policy[1] is None) else ("binomial", binomial_budget(policy, T)),
+        "policy": shown,
         "primal": primal,
         "adjoint": total,
         "factor": total / primal if primal else float("nan"),
-        "stored_states": sch.slots if sch else 0,
-        "recomputed_steps": rec,
+        # every loop's checkpoints are live at once: the first loop's are held
+        # while the later loops' reverse sweeps run (they run first)
+        "stored_states": sum(x["stored_states"] for x in loops_),
+        "stored_reals": sum(x["stored_reals"] for x in loops_),
+        "recomputed_steps": sum(x["recomputed_steps"] for x in loops_),
         "accumulated_per_step": accum,
+        "loops": loops_,
     }
     if sp.t_size is not None:
         out["note"] = "the body uses t: each step is counted at its own t"

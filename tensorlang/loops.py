@@ -190,29 +190,23 @@ def _fresh_name(taken: set, base: str) -> str:
 
 
 def split(expr: Expr, stage: str = "this stage") -> Split:
-    """Cut ``expr`` at its one top-level loop, or raise UnsupportedError naming
-    the loop and ``stage``."""
+    """Cut ``expr`` at its first innermost top-level loop (a loop with no
+    loop inside its init or body), or raise UnsupportedError naming the loop
+    and ``stage``.
+
+    With several loops (a chain or a DAG of them: a second loop's init, or
+    its body's loop-invariant input, computed from the first's final state,
+    or two independent loops feeding one loss) ``pre`` and ``body`` are
+    loop-free and ``post`` holds the remaining loops, with the final state an
+    input: ``post`` is itself a loop program, split the same way
+    (:func:`chain`).  A loop inside another loop's body that uses that loop's
+    ``t`` or state, and a loop under a ``gen``/``sum`` binder (a per-element
+    time loop), are refused."""
     loops = [x for x in walk(expr) if isinstance(x, Loop)]
     if not loops:
         raise TensorLangError(f"{stage}: the program has no loop")
-    if len(loops) > 1:
-        raise UnsupportedError(
-            f"{stage}: the program has {len(loops)} loops ({describe(loops[0])}, ...); "
-            "only one loop per program is supported (nested or sequential loops are not yet)"
-        )
-    lp = loops[0]
-    if free_indices(lp):
-        names = ", ".join(sorted(repr(i) for i in free_indices(lp)))
-        raise UnsupportedError(
-            f"{stage}: the loop {describe(lp)} sits inside a gen/sum binder (it uses its index {names}); "
-            "loops must be at top level: build the loop first and index its result"
-        )
-    bound = [v for v in free_vars(lp) if v.uid != 0]
-    if bound:
-        raise UnsupportedError(
-            f"{stage}: the loop {describe(lp)} uses the let-bound {bound[0].name}; "
-            "loops must be at top level (pass the value as an input or compute it inside the loop's init)"
-        )
+    lp = next(x for x in loops if not any(isinstance(y, Loop) for y in walk(x) if y is not x))
+    _check_top_level(lp, loops, stage)
     taken = {v.name for v in input_vars(expr)} | {s.name for s in size_vars(expr)}
     final = Var(_fresh_name(taken, "loop_final"), 0, lp.svar.type)
     state = Var(_fresh_name(taken, "loop_state"), 0, lp.svar.type)
@@ -225,6 +219,45 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
         body = subst(body, idx={lp.ivar: sym_aff(t_size) - 1})
     post = _replace(expr, lp, final)
     return Split(lp, lp.extent, lp.init, body, state, t_size, post, final, hoisted, rows)
+
+
+def _check_top_level(lp: Loop, loops: list, stage: str) -> None:
+    """``lp`` is computed once per run of the program: it uses no enclosing
+    loop's ``t`` or state, no gen/sum index and no let-bound variable."""
+    idx, fv = free_indices(lp), set(free_vars(lp))
+    for outer in loops:
+        if outer is lp:
+            continue
+        uses = ([repr(outer.ivar)] if outer.ivar in idx else []) + ([outer.svar.name] if outer.svar in fv else [])
+        if uses:
+            raise UnsupportedError(
+                f"{stage}: the loop {describe(lp)} is nested in the body of the loop {describe(outer)} and uses its "
+                f"{' and '.join(uses)}; a loop nested in a loop body is not supported (only one that uses neither "
+                "the enclosing step index nor its state, computed once): supported are loops in sequence, "
+                "a loop's init or body using another loop's final state, and independent loops in one program"
+            )
+    if idx:
+        names = ", ".join(sorted(repr(i) for i in idx))
+        raise UnsupportedError(
+            f"{stage}: the loop {describe(lp)} sits inside a gen/sum binder (it uses its index {names}); "
+            "per-element time loops are not supported: loops must be at top level (build one loop over the "
+            "whole tensor state, or build the loop first and index its result)"
+        )
+    bound = [v for v in fv if v.uid != 0]
+    if bound:
+        raise UnsupportedError(
+            f"{stage}: the loop {describe(lp)} uses the let-bound {bound[0].name}; "
+            "loops must be at top level (pass the value as an input or compute it inside the loop's init)"
+        )
+
+
+def chain(expr: Expr, stage: str = "this stage") -> list:
+    """The splits of a program's loops in execution order: ``split(expr)``,
+    then ``split`` of its ``post`` while that holds a loop."""
+    out = [split(expr, stage)]
+    while has_loop(out[-1].post):
+        out.append(split(out[-1].post, stage))
+    return out
 
 
 def row_inputs(body: Expr, t: IndexVar, taken: set):
@@ -390,7 +423,9 @@ def _subterms(x) -> set:
 def loop_cost_parts(expr: Expr, context=((), None)) -> list:
     """The loop-free parts whose Fig. 6 counts add up to the loop program's:
     ``[(init, ctx), (body, ctx + t in [0, T)), (post, ctx)]`` (the body with
-    the state an input, costed at every step ``t``: ``Σ_t $⟦body⟧``)."""
+    the state an input, costed at every step ``t``: ``Σ_t $⟦body⟧``); with
+    several loops ``post`` holds the next ones, costed the same way (each
+    loop symbolically in its own ``T``)."""
     sp = split(expr, "cost")
     B0, P0 = tuple(context[0]), context[1]
     body_t = subst(sp.loop.body, vals={sp.loop.svar: sp.state})
@@ -403,7 +438,8 @@ def loop_cost_carrier(expr: Expr) -> Expr:
 
     sp = split(expr, "cost")
     body_t = subst(sp.loop.body, vals={sp.loop.svar: sp.state})
-    return Pair(sp.pre, Pair(Gen(sp.loop.ivar, sp.steps, body_t), sp.post))
+    post = loop_cost_carrier(sp.post) if has_loop(sp.post) else sp.post  # the next loops' (chain)
+    return Pair(sp.pre, Pair(Gen(sp.loop.ivar, sp.steps, body_t), post))
 
 
 def steps_at(sp: Split, sizes: dict) -> int:
