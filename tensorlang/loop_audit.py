@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from .ir import input_vars, size_vars
-from .loop_autodiff import adjoint_cost
+from .loop_cost import adjoint_cost
 from .loops import binomial_budget, chain, normalize_checkpoint, repetitions, t_value
 
 DEFAULT_SIZE = 100

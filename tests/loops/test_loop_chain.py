@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from tensorlang.loop_autodiff import adjoint_cost
+from tensorlang.loop_cost import adjoint_cost
 from tensorlang.loops import chain, normalize_checkpoint, schedule
 
 from tests.counting import counting_cost, total

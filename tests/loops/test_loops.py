@@ -183,7 +183,7 @@ def test_symbolic_cost_is_T_times_the_body_by_hand_count():
 
 
 def test_adjoint_cost_certificates_per_policy():
-    from tensorlang.loop_autodiff import adjoint_cost
+    from tensorlang.loop_cost import adjoint_cost
 
     for ck, stored in [("all", 100), (10, 10 + 9), (("binomial", 4), 4)]:
         _, loss = loss_of(ck)
