@@ -17,7 +17,8 @@ layer   name      modules
 3       cost,     cost_preds, cost_relations, cost_fig6, cost_fig17,
                   cost_symbolic, costmodel (the facade over them);
         backend   tensorlang.backend.*
-4       driver    driver (the one stage list), autodiff, loop_autodiff
+4       driver    driver (the one stage list), autodiff, loop_autodiff,
+                  loop_cost
 5       top       runtime, audit, cli, dask, interop
 6       outside   proofs.*, benchmarks.* (not installed; run from a
                   source checkout)
@@ -47,7 +48,7 @@ LAYERS = {
     "tensorlang.costmodel": 3, "tensorlang.cost_fig17": 3, "tensorlang.cost_relations": 3,
     "tensorlang.cost_symbolic": 3, "tensorlang.cost_preds": 3, "tensorlang.cost_fig6": 3,
     "tensorlang.backend": 3,
-    "tensorlang.driver": 4, "tensorlang.autodiff": 4, "tensorlang.loop_autodiff": 4,
+    "tensorlang.driver": 4, "tensorlang.autodiff": 4, "tensorlang.loop_autodiff": 4, "tensorlang.loop_cost": 4,
     "tensorlang.runtime": 5, "tensorlang.audit": 5, "tensorlang.loop_audit": 5, "tensorlang.cli": 5,
     "tensorlang.dask": 5, "tensorlang.interop": 5, "tensorlang.interop_sparse": 5, "tensorlang.interop_scipy": 5,
     "proofs": 6, "benchmarks": 6,
