@@ -316,3 +316,44 @@ def test_audit_prints_each_loops_certified_adjoint_and_peak_state_memory():
     # the totals add the loops' shares and the loop-free loss's adjoint
     assert c["adjoint"] > c["loops"][0]["adjoint"] + c["loops"][1]["adjoint"]
     assert c["primal"] == tl.cost(loss, **sizes)
+
+
+def test_a_loop_in_a_loop_body_using_neither_t_nor_the_state_is_computed_once(python_kernels):
+    """A loop inside another loop's body that reads neither the outer ``t``
+    nor the outer state is loop-invariant: it is split out first (its final
+    state an input of the outer body) and runs once, not once per outer step
+    (tl.cost counts what runs: once)."""
+    inner = tl.loop(T2, v0, lambda s, v: tl.gen(n, lambda i: tl.sin(v[i]) * a))
+    outer = tl.loop(T1, u0, lambda t, u: tl.gen(n, lambda i: 0.5 * u[i] + 0.1 * inner[i]))
+    loss = tl.sum(n, lambda i: outer[i] * w[i])
+    kw = dict(u0=np.linspace(-1, 1, 4), v0=np.linspace(0.2, 0.8, 4), a=0.9, w=np.linspace(1, 2, 4))
+
+    def ref(u0, v0, a, w, T1, T2):
+        v = v0.copy()
+        for _ in range(T2):
+            v = np.sin(v) * a
+        u = u0.copy()
+        for _ in range(T1):
+            u = 0.5 * u + 0.1 * v
+        return float(u @ w)
+
+    sz = dict(T1=5, T2=3)
+    assert [describe_steps(sp) for sp in chain(loss)] == ["T2", "T1"]  # the inner loop first
+    assert tl.evaluate(loss, **kw, **sz) == pytest.approx(ref(**kw, **sz), rel=1e-12)
+    from tensorlang.backend import api
+    from tensorlang.backend.loop_kernel import LoopKernel
+
+    assert LoopKernel(loss, "sparse", None, api.python_kernel)(**kw, **sz) == pytest.approx(ref(**kw, **sz), rel=1e-12)
+    g = tl.grad(loss, wrt=[v0, a])(**kw, **sz)
+    h = 1e-6
+    d = np.array([0.3, -0.2, 0.5, 0.1])
+    fd = (ref(**{**kw, "v0": kw["v0"] + h * d}, **sz) - ref(**{**kw, "v0": kw["v0"] - h * d}, **sz)) / (2 * h)
+    assert float(g[0] @ d) == pytest.approx(fd, rel=1e-6)
+    fa = (ref(**{**kw, "a": kw["a"] + h}, **sz) - ref(**{**kw, "a": kw["a"] - h}, **sz)) / (2 * h)
+    assert g[1] == pytest.approx(fa, rel=1e-6)
+    # per element: the inner step sin·a (2), run T2 times; the outer step 0.5·u + 0.1·v (3), T1 times; the loss
+    assert tl.cost(loss, n=4, T1=5, T2=3) == 4 * (2 * 3 + 3 * 5) + (4 + 3)
+
+
+def describe_steps(sp) -> str:
+    return str(sp.steps)
