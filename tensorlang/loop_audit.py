@@ -69,7 +69,7 @@ def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels:
     primal = A.StageRow("loop program", expr=expr, cost=A.cost_at(expr, sizes), symbolic=A.symbolic_cost_of(expr))
     primal.declared = tuple(input_vars(expr))
     report.rows.append(primal)
-    kernels = []
+    kernels: dict = {}
     wrt_k = list(wrt_vars)  # the k-th loop program's wrt: the inputs and the earlier loops' final states it reads
     for k, sp in enumerate(sps):
         if k:
@@ -93,7 +93,7 @@ def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels:
         for v in body.verdicts:
             v.name = tag + v.name
             report.verdicts.append(v)
-        kernels += body.kernels
+        kernels.update({(f"loop {k + 1}: {name}" if many else name): src for name, src in body.kernels.items()})
     Ts = [sp.steps.evaluate(sizes) for sp in sps]
     own = [normalize_checkpoint(sp.checkpoint) for sp in sps]
     seen = []
@@ -121,7 +121,8 @@ def audit_loop(expr, *, wrt=None, sizes=None, entry: str = "loss", show_kernels:
                 f"factor {mine:.3f} at {sizes}; peak stored states {lc['stored_states']} "
                 f"({lc['stored_reals']} reals)"))
         if many:  # the whole program: every part within the largest of the loops' factors (each >= 5 >= a part's)
-            label = "each loop's own" if pol is None else _label(pols[0], max(Ts))
+            label = ("each loop's own" if pol is None else
+                     "binomial" if isinstance(pols[0], tuple) and pols[0][1] is None else _label(pols[0], max(Ts)))
             row = A.StageRow(f"loops adjoint (all {len(sps)}), checkpoint {label}", expr=expr, cost=c["adjoint"],
                              reason=f"stored states {c['stored_states']}, recomputed steps {c['recomputed_steps']}, "
                                     f"peak state memory {c['stored_reals']} reals")

@@ -312,7 +312,12 @@ def test_audit_prints_each_loops_certified_adjoint_and_peak_state_memory():
     assert whole.cost == c["adjoint"] and f"stored states {schedule(2, 16).slots + 9}," in whole.reason
     assert {"loop 1 adjoint, checkpoint all", "loop 2 adjoint, checkpoint all",
             "loop 1 adjoint, checkpoint binomial, s = 4", "loop 2 adjoint, checkpoint binomial, s = 4"} <= set(rows)
+    assert "loops adjoint (all 2), checkpoint binomial" in rows  # each loop its own snapshot budget
     assert rep.exit_code == 0 and all(v.holds for v in rep.verdicts if "adjoint (" in v.name)
+    from tensorlang.cli import markdown_report
+
+    md = markdown_report(rep, "coarse_fine.py")  # the CLI's rendering (`tensorlang audit --format markdown`)
+    assert "| loop 2 adjoint, checkpoint all |" in md and "peak state memory 90 reals" in md
     # the totals add the loops' shares and the loop-free loss's adjoint
     assert c["adjoint"] > c["loops"][0]["adjoint"] + c["loops"][1]["adjoint"]
     assert c["primal"] == tl.cost(loss, **sizes)
