@@ -16,15 +16,20 @@ Stages (the node is ``ir.Loop``):
 * bounds (``bounds``): ``t`` ranges over ``[0, T)`` in the in-range proof,
   so ``forcing[t + 1, i]`` with ``forcing : [T]...`` is refused naming it;
 * everything else works at *program level*, as JAX's ``scan`` does:
-  :func:`split` cuts a program whose loop is at top level (not under a
-  ``gen``/``sum``) into ``pre`` (computes ``init``), the ``body`` as its own
+  :func:`split` cuts a program at its first innermost loop into ``pre``
+  (computes ``init``), the ``body`` as its own
   program (the state an input, ``t`` a size), and ``post`` (consumes the
   final state); the body's loop-invariant terms are hoisted out of it
   (:func:`hoist_invariants`) and computed once, and an input read only as
   ``f[±t + c, …]`` becomes per-step row inputs (:func:`row_inputs`: its
   cotangent is built one row per step).  Each part is loop-free and goes through the existing
   normal forms, derivatives, cost model and backend unchanged
-  (``tensorlang.loop_autodiff`` drives them).
+  (``tensorlang.loop_autodiff`` drives them).  With several loops ``post``
+  holds the others and is split again (:func:`chain`: loops in sequence,
+  one loop's result in another's init or body, independent loops feeding
+  one loss); a per-element loop under ``gen``/``sum`` becomes one loop
+  over the tensor of the elements' states (:func:`lift_loop`); a loop
+  nested in a loop body that uses the outer ``t`` or state is refused.
 
 Checkpoint policies (:func:`schedule`) decide which states the reverse sweep
 stores: ``"all"`` (``T`` states), an int ``k`` (every ``k``-th state, each
@@ -200,12 +205,15 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
     loop-free and ``post`` holds the remaining loops, with the final state an
     input: ``post`` is itself a loop program, split the same way
     (:func:`chain`).  A loop inside another loop's body that uses that loop's
-    ``t`` or state, and a loop under a ``gen``/``sum`` binder (a per-element
-    time loop), are refused."""
+    ``t`` or state is refused; a loop under ``gen``/``sum`` binders (a
+    per-element time loop) is lifted first (:func:`lift_loop`)."""
     loops = [x for x in walk(expr) if isinstance(x, Loop)]
     if not loops:
         raise TensorLangError(f"{stage}: the program has no loop")
     lp = next(x for x in loops if not any(isinstance(y, Loop) for y in walk(x) if y is not x))
+    lifted = lift_loop(expr, lp, loops, stage)
+    if lifted is not None:  # a per-element loop under gen/sum: one loop over a tensor of states
+        return split(lifted, stage)
     _check_top_level(lp, loops, stage)
     taken = {v.name for v in input_vars(expr)} | {s.name for s in size_vars(expr)}
     final = Var(_fresh_name(taken, "loop_final"), 0, lp.svar.type)
@@ -249,6 +257,101 @@ def _check_top_level(lp: Loop, loops: list, stage: str) -> None:
             f"{stage}: the loop {describe(lp)} uses the let-bound {bound[0].name}; "
             "loops must be at top level (pass the value as an input or compute it inside the loop's init)"
         )
+
+
+def _path(expr: Expr, lp: Loop) -> list:
+    """The nodes from ``expr`` down to ``lp`` (``lp`` excluded)."""
+    out, x = [], expr
+    while x is not lp:
+        out.append(x)
+        x = next(c for c in _flat_children(x) if isinstance(c, Expr) and (c is lp or lp in _subterms(c)))
+    return out
+
+
+def _flat_children(x):
+    for c in children(x):
+        if isinstance(c, tuple):
+            yield from c
+        else:
+            yield c
+
+
+def lift_loop(expr: Expr, lp: Loop, loops: list, stage: str):
+    """Per-element time loops (issue #17): ``gen[j:m] … loop[t:T] (s = init_j)
+    body_j …`` is ``gen[j:m] … L[j] …`` with ``L = loop[t:T] (S = gen[j:m]
+    init_j) gen[j:m] body_j[s := S[j]]``: one loop whose state is the
+    tensor of the elements' states, each step the elements' steps side by
+    side (the same operations: the cost is the per-element loops' own).  So
+    for every enclosing gen/sum index the loop uses, outermost first.
+    Returns the rewritten program, or None when ``lp`` uses no such index;
+    refuses (UnsupportedError naming the loop and ``stage``) a pair state, a
+    binder extent or a step count that depends on an index, and a loop whose
+    lifted init or body would read out of range (a loop under a guard such
+    as ``[j >= 1]·loop(…, X[j - 1] …)``)."""
+    from . import bounds
+    from .errors import BoundsError
+    from .ir import Access, Gen, PairT, Sum, TensorT
+
+    idx = free_indices(lp)
+    if not idx or any(o.ivar in idx or o.svar in set(free_vars(lp)) for o in loops if o is not lp):
+        return None  # top level, or nested in a loop body (refused by _check_top_level)
+    path = _path(expr, lp)
+    binders = [b for b in path if isinstance(b, (Gen, Sum)) and b.var in idx]
+    if {b.var for b in binders} != set(idx):
+        return None
+    what = f"{stage}: the loop {describe(lp)} sits inside a gen/sum binder (it uses its index " \
+           f"{', '.join(repr(b.var) for b in binders)})"
+    if lp.extent.index_vars():
+        raise UnsupportedError(f"{what} and its number of steps {lp.extent} depends on it; a per-element loop "
+                               "is supported when every element runs the same number of steps")
+    if any(t for t in walk_types(lp.svar.type) if isinstance(t, PairT)):
+        raise UnsupportedError(f"{what} and its state has the pair type {lp.svar.type}; a per-element loop is "
+                               "supported with a scalar or tensor state (build one loop over pairs of tensors)")
+    st = lp.svar.type
+    for b in reversed(binders):
+        st = TensorT(b.extent, st)
+    fresh = {b.var: IndexVar(b.var.name, fresh_uid()) for b in binders}
+    S = Var(lp.svar.name, fresh_uid(), st)
+    s_at = S
+    for b in binders:
+        s_at = Access(s_at, sym_aff(fresh[b.var]))
+    ren = {j: sym_aff(k) for j, k in fresh.items()}
+    init, body = subst(lp.init, idx=ren), subst(lp.body, vals={lp.svar: s_at}, idx=ren)
+    for b in reversed(binders):
+        init, body = Gen(fresh[b.var], b.extent, init), Gen(fresh[b.var], b.extent, body)
+    new = Loop(lp.extent, init, lp.ivar, S, body, lp.checkpoint)
+    at = new
+    for b in binders:
+        at = Access(at, sym_aff(b.var))
+    out = _replace(expr, lp, at)
+    type_of(out)
+    try:
+        after = bounds.check_program(out)
+    except BoundsError as exc:
+        raise UnsupportedError(f"{what}; run as one loop over all its elements, it would read out of range "
+                               f"({exc}); a per-element loop under a guard on its index is not supported") from None
+    before = {_sig(c) for c in bounds.check_program(expr)}
+    extra = [c for c in after if _sig(c) not in before]
+    if extra:
+        raise UnsupportedError(f"{what}; run as one loop over all its elements it needs sizes the program does "
+                               f"not ({extra[0].node} in range); a per-element loop under a guard on its index "
+                               "is not supported")
+    return out
+
+
+def _sig(c) -> tuple:
+    return (str(c.index), str(c.extent), getattr(c, "positive", None))
+
+
+def walk_types(t):
+    from .ir import PairT, TensorT
+
+    yield t
+    if isinstance(t, PairT):
+        yield from walk_types(t.fst)
+        yield from walk_types(t.snd)
+    elif isinstance(t, TensorT):
+        yield from walk_types(t.elem)
 
 
 def chain(expr: Expr, stage: str = "this stage") -> list:

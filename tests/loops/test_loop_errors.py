@@ -165,18 +165,28 @@ def test_a_loop_nested_using_the_outer_step_index_is_refused_naming_it():
         tl.grad(tl.sum(n, lambda i: L[i]), wrt=f)
 
 
-def test_a_per_element_loop_under_gen_is_refused_naming_the_loop_and_the_stage():
-    m = tl.size("m")
+def test_a_per_element_loop_under_a_guard_on_its_index_is_refused_naming_the_loop_and_the_stage():
+    # per-element loops under gen/sum run as one loop over all elements (tests/loops/test_loop_lift.py);
+    # under a guard on the element's index the lifted init would read out of range: refused
     X = tl.tensor("X", m, n)
-    per = tl.gen(m, lambda j: tl.loop(4, X[j, 0], lambda t, s: 0.5 * s + a))
+    per = tl.gen(m, lambda j: tl.iverson(j >= 1, tl.loop(4, X[j - 1, 0], lambda t, s: 0.5 * s + a)))
     loss = tl.sum(m, lambda j: per[j])
-    kw = dict(X=np.ones((2, 3)), a=0.3)
+    kw = dict(X=np.ones((3, 2)), a=0.3)
     s = 1.0
     for _ in range(4):
         s = 0.5 * s + 0.3
-    assert tl.evaluate(loss, **kw) == pytest.approx(2 * s, rel=1e-14)
+    assert tl.evaluate(loss, **kw) == pytest.approx(2 * s, rel=1e-14)  # the reference semantics
     for stage, run in [("compile", lambda: tl.compile(loss)), ("grad", lambda: tl.grad(loss, wrt=X)),
                        ("jvp", lambda: tl.jvp(loss, wrt=X)), ("cost", lambda: tl.cost(loss, n=3, m=2))]:
         with pytest.raises(tl.UnsupportedError, match=rf"{stage}: the loop loop\[t:4\] .* sits inside a gen/sum binder "
-                           r"\(it uses its index j.*per-element time loops are not supported"):
+                           r"\(it uses its index j.*would read out of range.*under a guard on its index is not supported"):
             run()
+
+
+def test_a_per_element_loop_with_a_pair_state_is_refused_naming_the_type():
+    X = tl.tensor("X", m, n)
+    per = tl.gen(m, lambda j: tl.proj(tl.loop(3, tl.pair(X[j, 0], X[j, 1]),
+                                              lambda t, s: tl.pair(tl.proj(s, 1), tl.proj(s, 0) * a)), 0))
+    with pytest.raises(tl.UnsupportedError, match=r"grad: the loop loop\[t:3\] .* sits inside a gen/sum binder .*"
+                       r"its state has the pair type \(ℝ × ℝ\)"):
+        tl.grad(tl.sum(m, lambda j: per[j]), wrt=a)
