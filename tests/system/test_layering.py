@@ -10,6 +10,7 @@ layer   name      modules
 0       ir        errors, deep, decide, ir (the package ``tensorlang.ir``:
                   nodes, indices, types, expressions, scope), printer
 1       core      typecheck, functions, sharing, evaluator, conditionals,
+                  loops, loop_schedule,
                   api, the package ``tensorlang`` itself; the affine
                   layer (the only islpy users below the cost model):
                   isl_bridge, bounds
@@ -42,7 +43,7 @@ LAYERS = {
     "tensorlang.errors": 0, "tensorlang.deep": 0, "tensorlang.decide": 0,
     "tensorlang.ir": 0, "tensorlang.printer": 0,
     "tensorlang.typecheck": 1, "tensorlang.functions": 1, "tensorlang.sharing": 1,
-    "tensorlang.evaluator": 1, "tensorlang.conditionals": 1, "tensorlang.loops": 1, "tensorlang.api": 1, "tensorlang.sparse": 1, "tensorlang.relation_data": 1,
+    "tensorlang.evaluator": 1, "tensorlang.conditionals": 1, "tensorlang.loops": 1, "tensorlang.loop_schedule": 1, "tensorlang.api": 1, "tensorlang.sparse": 1, "tensorlang.relation_data": 1,
     "tensorlang": 1, "tensorlang.isl_bridge": 1, "tensorlang.bounds": 1,
     "tensorlang.passes": 2,
     "tensorlang.costmodel": 3, "tensorlang.cost_fig17": 3, "tensorlang.cost_relations": 3,
