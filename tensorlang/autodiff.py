@@ -564,17 +564,21 @@ def grad(loss: Expr, wrt, **options_):
 
 @deep
 def value_and_grad(loss: Expr, wrt, **options_):
-    """``value_and_grad(loss, wrt, ...)(**inputs) -> (value, grad)`` from one kernel."""
+    """``value_and_grad(loss, wrt, ...)(**inputs) -> (value, grad)`` from one kernel;
+    ``checkpoint=`` as for :func:`grad`."""
     return _profiled("value_and_grad", _value_and_grad_build, loss, wrt, **options_)
 
 
 @deep
 def vjp(expr: Expr, wrt, **options_):
-    """``vjp(expr, wrt, *, cotangent="dy", with_value=False, ...)(**inputs, dy=...)``."""
+    """``vjp(expr, wrt, *, cotangent="dy", with_value=False, ...)(**inputs, dy=...)``;
+    ``checkpoint=`` as for :func:`grad`."""
     return _profiled("vjp", _vjp_build, expr, wrt, **options_)
 
 
 @deep
 def jvp(expr: Expr, wrt, **options_):
-    """``jvp(expr, wrt, ...)(**inputs, dx=...) -> (value, tangent)`` from one kernel."""
+    """``jvp(expr, wrt, ...)(**inputs, dx=...) -> (value, tangent)`` from one kernel.
+    ``checkpoint=`` is refused: forward mode carries the tangent with the
+    state through every loop and stores no states."""
     return _profiled("jvp", _jvp_build, expr, wrt, **options_)

@@ -362,3 +362,34 @@ def test_a_loop_in_a_loop_body_using_neither_t_nor_the_state_is_computed_once(py
 
 def describe_steps(sp) -> str:
     return str(sp.steps)
+
+
+def test_two_loops_over_the_same_T_with_forcing_rows(python_kernels):
+    """Both loops run T steps and read their own forcing row f[t], g[T - 1 - t]
+    (row inputs, loops.row_inputs): one symbolic T, two loops."""
+    T = tl.size("T")
+    f, g = tl.tensor("f", T, n), tl.tensor("g", T, n)
+    L1 = tl.loop(T, u0, lambda t, u: tl.gen(n, lambda i: 0.8 * u[i] + f[t, i]), checkpoint=2)
+    L2 = tl.loop(T, L1, lambda t, u: tl.gen(n, lambda i: tl.sin(u[i]) * g[T - 1 - t, i]))
+    loss = tl.sum(n, lambda i: L2[i] * L2[i])
+    rng = np.random.default_rng(9)
+    kw = dict(u0=rng.uniform(-1, 1, 3), f=rng.uniform(-1, 1, (6, 3)), g=rng.uniform(-1, 1, (6, 3)))
+
+    def ref(u0, f, g):
+        u = u0.copy()
+        for t in range(6):
+            u = 0.8 * u + f[t]
+        for t in range(6):
+            u = np.sin(u) * g[5 - t]
+        return float(u @ u)
+
+    assert tl.evaluate(loss, **kw) == pytest.approx(ref(**kw), rel=1e-12)
+    gs = tl.grad(loss, wrt=[u0, f, g])(**kw)
+    h = 1e-6
+    for name, gv in zip(("u0", "f", "g"), gs):
+        d = rng.standard_normal(kw[name].shape)
+        fd = (ref(**{**kw, name: kw[name] + h * d}) - ref(**{**kw, name: kw[name] - h * d})) / (2 * h)
+        assert float(np.sum(gv * d)) == pytest.approx(fd, rel=1e-6), name
+    for x, y in zip(tl.grad(loss, wrt=[u0, f, g], checkpoint=("binomial", 1))(**kw), gs):
+        np.testing.assert_array_equal(x, y)
+    assert [len(sp.rows) for sp in chain(loss)] == [1, 1]
