@@ -393,3 +393,29 @@ def test_two_loops_over_the_same_T_with_forcing_rows(python_kernels):
     for x, y in zip(tl.grad(loss, wrt=[u0, f, g], checkpoint=("binomial", 1))(**kw), gs):
         np.testing.assert_array_equal(x, y)
     assert [len(sp.rows) for sp in chain(loss)] == [1, 1]
+
+
+@pytest.mark.parametrize("pol", ["all", 3, ("binomial", 2)])
+def test_one_loop_cut_into_two_gives_the_same_value_and_gradient_bit_for_bit(pol, python_kernels):
+    """loop(T1 + T2, u0, step) = loop(T2, loop(T1, u0, step), step): the same
+    operations in the same order, so the same bits (an oracle that needs no
+    reference implementation)."""
+    T = tl.size("T")
+
+    def step(t, u):
+        return tl.gen(n, lambda i: u[i] + a * (tl.iverson(i >= 1, u[i - 1]) + tl.iverson(i + 1 <= n - 1, u[i + 1])
+                                               - 2.0 * u[i]) + 0.01 * tl.tanh(w[i] * u[i]))
+
+    one = tl.loop(T, u0, step, checkpoint=pol)
+    two = tl.loop(T2, tl.loop(T1, u0, step, checkpoint=pol), step, checkpoint=pol)
+    l1, l2 = (tl.sum(n, lambda i: L[i] * L[i] * w[i]) for L in (one, two))
+    kw = _inputs(("u0", "a", "w"), k=6, seed=11)
+    kw["a"] = 0.2
+    v1, g1 = tl.value_and_grad(l1, wrt=[u0, a, w])(**kw, T=9)
+    v2, g2 = tl.value_and_grad(l2, wrt=[u0, a, w])(**kw, T1=4, T2=5)
+    assert v1 == v2
+    for x, y in zip(g1, g2):
+        np.testing.assert_array_equal(x, y)
+    _, t1 = tl.jvp(l1, wrt=[a])(**kw, T=9, da=1.0)
+    _, t2 = tl.jvp(l2, wrt=[a])(**kw, T1=4, T2=5, da=1.0)
+    assert t1 == t2
