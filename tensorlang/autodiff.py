@@ -313,6 +313,23 @@ def _loop_mode(adjoint: str, loops: str) -> str:
     return "naive" if adjoint == "naive" else "sparse"
 
 
+def _checkpoint(checkpoint, what: str):
+    """The call's checkpoint policy (``tl.grad(..., checkpoint=...)``), spelled
+    as ``tl.loop`` accepts it (``loops.normalize_checkpoint``), or None: each
+    loop keeps its own.  It overrides every loop's policy for that callable
+    (all policies give bit-identical gradients; they trade stored states
+    for recomputed steps); a loop-free program stores no loop states, so
+    there it is checked and has no effect."""
+    if checkpoint is None:
+        return None
+    from .loops import normalize_checkpoint
+
+    try:
+        return normalize_checkpoint(checkpoint)
+    except TensorLangError as exc:
+        raise TensorLangError(f"{what}(..., checkpoint={checkpoint!r}): {exc}") from None
+
+
 def _unpack(val, n: int):
     if n == 1:
         return val
@@ -369,14 +386,16 @@ def _derived(kind: str, source: Expr, xs, opts: dict, build, extra=()):
     return out, entry
 
 
-def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
+def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None, checkpoint=None):
     """``grad(loss, wrt=x)(**inputs) -> ndarray`` (a tuple for ``wrt=[x, c]``);
-    ``adjoint=``, ``loops=`` (or the older ``mode=``): see :func:`options`."""
+    ``adjoint=``, ``loops=`` (or the older ``mode=``): see :func:`options`;
+    ``checkpoint=``: every loop's policy for this callable (:func:`_checkpoint`)."""
     adj, lp = options(mode, adjoint, loops)
+    ck = _checkpoint(checkpoint, "grad")
     if has_loop(_as_expr_or_none(loss)):  # issue #17: loops are differentiated per part
         from . import loop_autodiff
 
-        return loop_autodiff.grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads)
+        return loop_autodiff.grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads, checkpoint=ck)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
@@ -393,14 +412,15 @@ def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads
     return g
 
 
-def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None):
+def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads=None, checkpoint=None):
     """``value_and_grad(loss, wrt)(**inputs) -> (value, grad)``: one kernel
     computes the loss once and the gradient from its residuals."""
     adj, lp = options(mode, adjoint, loops)
+    ck = _checkpoint(checkpoint, "value_and_grad")
     if has_loop(_as_expr_or_none(loss)):  # issue #17: loops are differentiated per part
         from . import loop_autodiff
 
-        return loop_autodiff.value_and_grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads)
+        return loop_autodiff.value_and_grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads, checkpoint=ck)
     check_program(loss)
     bounds.check_program(loss)
     xs, single = _wrt_list(wrt)
@@ -419,18 +439,20 @@ def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=Non
 
 
 def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangent: str = "dy", with_value: bool = False,
-        threads=None):
+        threads=None, checkpoint=None):
     """``vjp(expr, wrt)(**inputs, dy=...)``: the cotangents of ``wrt`` for the
     output cotangent ``dy``; ``with_value=True`` gives ``(value, cotangents)``
     from the same kernel (the adjoint computes the primal anyway)."""
     kind, lp = options(mode, adjoint, loops)
+    ck = _checkpoint(checkpoint, "vjp")
     if has_loop(_as_expr_or_none(expr)):  # issue #17: loops are differentiated per part
         if with_value:
             raise UnsupportedError("vjp(..., with_value=True) of a program with a loop: use tl.value_and_grad or "
                                    "call the program for its value")
         from . import loop_autodiff
 
-        return loop_autodiff.vjp(expr, wrt, mode=_loop_mode(kind, lp), cotangent=cotangent, threads=threads)
+        return loop_autodiff.vjp(expr, wrt, mode=_loop_mode(kind, lp), cotangent=cotangent, threads=threads,
+                                 checkpoint=ck)
     check_program(expr)
     bounds.check_program(expr)
     xs, single = _wrt_list(wrt)
@@ -473,12 +495,20 @@ def _jvp_program(expr: Expr, xs):
     return _derived("jvp", expr, xs, {}, build, extra=tuple(tangents[x] for x in xs))
 
 
-def _jvp_build(expr: Expr, wrt, *, mode=None, loops=None, threads=None):
+def _jvp_build(expr: Expr, wrt, *, mode=None, loops=None, threads=None, **rest):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``; tangents are
     named ``d<name>``.  One kernel computes both.  (Forward mode has no
-    adjoint: ``mode="naive"`` only means ``loops="box"``.)"""
+    adjoint: ``mode="naive"`` only means ``loops="box"``; it stores no
+    states, so ``checkpoint=`` is refused rather than ignored.)"""
     from .passes.total_derivative import tangent_inputs
 
+    if "checkpoint" in rest:
+        raise TensorLangError(
+            f"jvp(..., checkpoint={rest['checkpoint']!r}): checkpoint= is a reverse-mode option (tl.grad, "
+            "tl.value_and_grad, tl.vjp); forward mode carries the tangent with the state and stores no states"
+        )
+    if rest:
+        raise TypeError(f"jvp() got unexpected keyword argument(s) {sorted(rest)}")
     adj, lp = options(mode, None, loops)
     if has_loop(_as_expr_or_none(expr)):  # issue #17: loops are differentiated per part
         from . import loop_autodiff
@@ -525,24 +555,30 @@ def _profiled(kind: str, build, *args, **kwargs):
 
 @deep
 def grad(loss: Expr, wrt, **options_):
-    """``grad(loss, wrt=x, *, mode=None, adjoint=None, loops=None, threads=None)(**inputs)``:
-    the gradient (a tuple for ``wrt=[x, c]``); ``g.profile`` holds the build's stage times."""
+    """``grad(loss, wrt=x, *, mode=None, adjoint=None, loops=None, threads=None, checkpoint=None)(**inputs)``:
+    the gradient (a tuple for ``wrt=[x, c]``); ``g.profile`` holds the build's stage times.
+    ``checkpoint=`` ("all", an int k, "binomial", ("binomial", s)) overrides every
+    ``tl.loop``'s own checkpoint policy for this callable (issue #17)."""
     return _profiled("grad", _grad_build, loss, wrt, **options_)
 
 
 @deep
 def value_and_grad(loss: Expr, wrt, **options_):
-    """``value_and_grad(loss, wrt, ...)(**inputs) -> (value, grad)`` from one kernel."""
+    """``value_and_grad(loss, wrt, ...)(**inputs) -> (value, grad)`` from one kernel;
+    ``checkpoint=`` as for :func:`grad`."""
     return _profiled("value_and_grad", _value_and_grad_build, loss, wrt, **options_)
 
 
 @deep
 def vjp(expr: Expr, wrt, **options_):
-    """``vjp(expr, wrt, *, cotangent="dy", with_value=False, ...)(**inputs, dy=...)``."""
+    """``vjp(expr, wrt, *, cotangent="dy", with_value=False, ...)(**inputs, dy=...)``;
+    ``checkpoint=`` as for :func:`grad`."""
     return _profiled("vjp", _vjp_build, expr, wrt, **options_)
 
 
 @deep
 def jvp(expr: Expr, wrt, **options_):
-    """``jvp(expr, wrt, ...)(**inputs, dx=...) -> (value, tangent)`` from one kernel."""
+    """``jvp(expr, wrt, ...)(**inputs, dx=...) -> (value, tangent)`` from one kernel.
+    ``checkpoint=`` is refused: forward mode carries the tangent with the
+    state through every loop and stores no states."""
     return _profiled("jvp", _jvp_build, expr, wrt, **options_)

@@ -30,7 +30,7 @@ row of ``f``'s ``[T][n]`` cotangent, so one gradient costs ``O(Tn)`` for
 it, not ``O(T²n)``; jvp gives the body the tangent's rows.
 
 The cost of the reverse sweep is certified per policy by
-:func:`adjoint_cost`: ``cost(pre^T) + cost(inv^T) + T·(cost(body^T) + A) +
+:func:`tensorlang.loop_cost.adjoint_cost`: ``cost(pre^T) + cost(inv^T) + T·(cost(body^T) + A) +
 R·cost(body) + cost(post^T)`` with ``R`` the schedule's recomputed steps and
 ``A`` the additions of one step's input cotangents into their accumulators,
 and the peak number of stored states.
@@ -43,9 +43,9 @@ import threading
 import numpy as np
 
 from .errors import InputError, TensorLangError, UnsupportedError
-from .ir import REAL, Var, input_vars, size_vars
-from .backend.loop_kernel import LoopProgram, Part as _Part
-from .loops import binomial_budget, normalize_checkpoint, row_at, schedule, split, t_value
+from .ir import REAL, Var, input_vars
+from .backend.loop_kernel import LoopPart, LoopProgram, Part as _Part
+from .loops import normalize_checkpoint, row_at, schedule, t_value
 from .typecheck import type_of, wrt_inputs as _wrt
 
 
@@ -115,7 +115,11 @@ class _Reverse:
                 return "identity", wrt
             return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
 
-        self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
+        if isinstance(lp.post, LoopPart):  # the next loops (loops.chain): their own reverse sweeps, run first
+            pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
+            self.post_vjp = (_Reverse(lp.post.program, pxs, cot_name), pxs)
+        else:
+            self.post_vjp = vjp_part(sp.post, [sp.final] + xs, cot_name)
         # hoisted loop-invariant terms that depend on xs: the body's adjoint
         # accumulates their cotangents over the steps, pulled back once after
         hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
@@ -262,21 +266,27 @@ class _Reverse:
         def finish(sT):
             """The finishing part at the final state: (value, the state's cotangent)."""
             values[sp.final.name] = sT
-            value = lp.post(values, sizes)
-            got = self._run(self.post_vjp, values, sizes, self.cot, cot)
+            if isinstance(lp.post, LoopPart):  # the next loops' sweeps: value and cotangents in one call
+                nested, pxs = self.post_vjp
+                value, gs = nested(lp.post.kwargs(values, sizes), cot, policy)
+                got = {x.name: g for x, g in zip(pxs, gs)}
+            else:
+                value = lp.post(values, sizes)
+                got = self._run(self.post_vjp, values, sizes, self.cot, cot)
             ds = got.pop(sp.final.name, None)
             add(got)
             return value, (_tzeros(sp.state.type, sizes) if ds is None else ds)
 
         s0 = lp.pre(values, sizes)
         lp.invariants(values, sizes, T)
-        policy = sp.checkpoint if policy is None else normalize_checkpoint(policy)
+        policy = None if policy is None else normalize_checkpoint(policy)  # None: each loop its own
+        mine = sp.checkpoint if policy is None else policy
         if T == 0:
             value, ds = finish(s0)
         else:
-            got = self._sweeps(values, sizes, s0, policy, T, finish, acc)
+            got = self._sweeps(values, sizes, s0, mine, T, finish, acc)
             if got is None:
-                value, ds = self._steps(values, sizes, s0, schedule(policy, T), finish, add, acc)
+                value, ds = self._steps(values, sizes, s0, schedule(mine, T), finish, add, acc)
             else:
                 value, ds = got
         for v, c, part in self.inv_vjp:  # the hoisted terms' cotangents, pulled back once
@@ -439,7 +449,11 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
     dinv = [(v, dpart(e, xs)) for v, e in hs]  # the hoisted terms' tangents, computed once
     rows = [row for row, f, _ in sp.rows if f in xs]  # f[±t + c] at step t (loops.row_inputs), tangent df[±t + c]
     dbody = dpart(sp.body, [sp.state] + rows + xs + [v for v, _ in hs]) if lp.body is not None else None
-    dpost = dpart(sp.post, [sp.final] + xs)
+    if isinstance(lp.post, LoopPart):  # the next loops (loops.chain): their own forward loops with tangents
+        pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
+        dpost = jvp(sp.post, pxs, mode=mode)
+    else:
+        dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
         if n in {v.name for v in input_vars(expr)}:
             raise TensorLangError(f"the tangent name {n!r} is already an input of the program")
@@ -474,119 +488,11 @@ def jvp(expr, wrt, *, mode: str = "sparse"):
             s = lp._step(lp.body, values, sizes, s, t)
         values[sp.final.name] = s
         values[dfinal] = ds
+        if isinstance(lp.post, LoopPart):
+            kw = lp.post.kwargs(values, sizes)
+            kw.update({"d" + x.name: values["d" + x.name] for x in pxs})
+            return dpost(**kw)
         return lp.post(values, sizes), run(dpost, sp.post, values, sizes, type_of(expr))
 
     f.loop_program = lp
     return f
-
-
-# --------------------------------------------------------------------------
-# Cost certificates per checkpoint policy (issue #17 item 2)
-
-
-def _elements(t, sizes) -> int:
-    """The number of reals in a value of type ``t`` at ``sizes``."""
-    from .ir import PairT, TensorT
-
-    if isinstance(t, PairT):
-        return _elements(t.fst, sizes) + _elements(t.snd, sizes)
-    k = 1
-    while isinstance(t, TensorT):
-        k *= max(0, t.extent.evaluate(sizes))
-        t = t.elem
-    return k
-
-
-def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
-    """The reverse sweep's Fig. 6 operation count and peak stored states at
-    the given sizes, for a checkpoint policy (default: the loop's own):
-    ``{"primal", "adjoint", "factor", "stored_states", "recomputed_steps",
-    "accumulated_per_step"}``; the adjoint counts the additions of each
-    step's input cotangents into their accumulators (what the sweep runs)."""
-    from .costmodel import cost
-
-    xs, _ = _wrt(wrt)
-    sp = split(loss, "adjoint cost")
-    policy = sp.checkpoint if policy is None else normalize_checkpoint(policy)
-    T = sp.steps.evaluate(sizes)
-
-    def c(prog, **extra):
-        if isinstance(prog, Var):
-            return 0
-        return cost(prog, **{k: v for k, v in {**sizes, **extra}.items() if k in {s.name for s in size_vars(prog)}})
-
-    def adj(prog, wrt_):
-        wrt_ = [w for w in wrt_ if w in set(input_vars(prog))]
-        if not wrt_ or isinstance(prog, Var):
-            return None
-        return adjoint(prog, wrt_, cotangent="_loop_cot")
-
-    def ct(prog, wrt_):
-        a = adj(prog, wrt_)
-        return 0 if a is None else c(a)
-
-    def per_step(prog) -> int:
-        """Σ_{t<T} of a body program's count: a body that uses t (the size
-        loop_t = t + 1) is counted at every step (a guard such as [t >= 1]
-        makes steps differ), else T times its count."""
-        if prog is None or not T:
-            return 0
-        if sp.t_size is None:
-            return T * c(prog)
-        return sum(at_t(prog, t) for t in range(T))
-
-    step_memo: dict = {}
-
-    def at_t(prog, t: int) -> int:  # O(T) counts at given sizes (the recomputed steps reuse them)
-        got = step_memo.get((id(prog), t))
-        if got is None:
-            got = step_memo[(id(prog), t)] = c(prog, **{sp.t_size.name: t_value(t)})
-        return got
-
-    hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if T else []
-    bwrt = [row for row, f, _ in sp.rows if f in xs] + xs + [v for v, _ in hs]
-    # no step runs at T = 0: the body (and its adjoint, whose t-indexed reads
-    # would be out of range) is not built
-    body_adj = adj(sp.body, [sp.state] + bwrt) if T else None
-    body, body_t = per_step(sp.body), per_step(body_adj)
-    body_once = body // T if T and sp.t_size is None else None
-    # what runs besides: every step adds the body adjoint's cotangent of each
-    # input into its accumulator: one [n] row for f[±t + c, …] (loops.row_inputs),
-    # a whole [T][n] array for an input read otherwise (f[2t]: O(T²n) in all)
-    body_in = set(input_vars(sp.body))
-    accum = sum(_elements(w.type, sizes) for w in bwrt if w in body_in)
-    inv = sum(c(e) for _, e in sp.hoisted) if T else 0  # hoisted: once, not per step
-    primal = c(sp.pre) + inv + body + c(sp.post)
-    sch = schedule(policy, T) if T else None
-    rec = sch.recomputed if sch else 0
-    # recomputed steps: the count of the steps the schedule re-runs (each step's own count when they differ):
-    # every advance of the schedule, less the primal's one pass over t = 0 … T-1
-    if body_once is not None or sch is None:
-        recomputed = rec * (body_once or 0)
-    else:
-        recomputed = _advanced_count(sch, lambda t: at_t(sp.body, t)) - body
-    total = (primal + ct(sp.pre, xs) + body_t + T * accum + recomputed + ct(sp.post, [sp.final] + xs)
-             + sum(ct(e, xs) for _, e in hs))
-    out = {
-        "policy": policy if not (isinstance(policy, tuple) and policy[1] is None) else ("binomial", binomial_budget(policy, T)),
-        "primal": primal,
-        "adjoint": total,
-        "factor": total / primal if primal else float("nan"),
-        "stored_states": sch.slots if sch else 0,
-        "recomputed_steps": rec,
-        "accumulated_per_step": accum,
-    }
-    if sp.t_size is not None:
-        out["note"] = "the body uses t: each step is counted at its own t"
-    return out
-
-
-def _advanced_count(sch, step_cost) -> int:
-    """Σ of ``step_cost(t)`` over every step the schedule's advances run
-    (``("advance", t0, t1)`` runs the body at t0 … t1 - 1), the primal's included."""
-    total = 0
-    for act in sch.actions:
-        if act[0] == "advance":
-            total += sum(step_cost(t) for t in range(act[1], act[2]))
-    return total
-

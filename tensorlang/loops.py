@@ -16,15 +16,20 @@ Stages (the node is ``ir.Loop``):
 * bounds (``bounds``): ``t`` ranges over ``[0, T)`` in the in-range proof,
   so ``forcing[t + 1, i]`` with ``forcing : [T]...`` is refused naming it;
 * everything else works at *program level*, as JAX's ``scan`` does:
-  :func:`split` cuts a program whose loop is at top level (not under a
-  ``gen``/``sum``) into ``pre`` (computes ``init``), the ``body`` as its own
+  :func:`split` cuts a program at its first innermost loop into ``pre``
+  (computes ``init``), the ``body`` as its own
   program (the state an input, ``t`` a size), and ``post`` (consumes the
   final state); the body's loop-invariant terms are hoisted out of it
   (:func:`hoist_invariants`) and computed once, and an input read only as
   ``f[±t + c, …]`` becomes per-step row inputs (:func:`row_inputs`: its
   cotangent is built one row per step).  Each part is loop-free and goes through the existing
   normal forms, derivatives, cost model and backend unchanged
-  (``tensorlang.loop_autodiff`` drives them).
+  (``tensorlang.loop_autodiff`` drives them).  With several loops ``post``
+  holds the others and is split again (:func:`chain`: loops in sequence,
+  one loop's result in another's init or body, independent loops feeding
+  one loss); a per-element loop under ``gen``/``sum`` becomes one loop
+  over the tensor of the elements' states (:func:`lift_loop`); a loop
+  nested in a loop body that uses the outer ``t`` or state is refused.
 
 Checkpoint policies (:func:`schedule`) decide which states the reverse sweep
 stores: ``"all"`` (``T`` states), an int ``k`` (every ``k``-th state, each
@@ -35,7 +40,6 @@ Revolve: at most ``s`` snapshots, repetition number ``r`` minimal with
 
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import dataclass
 
@@ -59,6 +63,8 @@ from .ir import (
     walk,
 )
 from .typecheck import type_of
+# the checkpoint schedules (their own module), names kept here for their users
+from .loop_schedule import Schedule, binomial_budget, repetitions, schedule  # noqa: F401
 
 POLICIES = ("all", "every k (an int >= 1)", "binomial", "('binomial', s)")
 
@@ -191,29 +197,26 @@ def _fresh_name(taken: set, base: str) -> str:
 
 
 def split(expr: Expr, stage: str = "this stage") -> Split:
-    """Cut ``expr`` at its one top-level loop, or raise UnsupportedError naming
-    the loop and ``stage``."""
+    """Cut ``expr`` at its first innermost top-level loop (a loop with no
+    loop inside its init or body), or raise UnsupportedError naming the loop
+    and ``stage``.
+
+    With several loops (a chain or a DAG of them: a second loop's init, or
+    its body's loop-invariant input, computed from the first's final state,
+    or two independent loops feeding one loss) ``pre`` and ``body`` are
+    loop-free and ``post`` holds the remaining loops, with the final state an
+    input: ``post`` is itself a loop program, split the same way
+    (:func:`chain`).  A loop inside another loop's body that uses that loop's
+    ``t`` or state is refused; a loop under ``gen``/``sum`` binders (a
+    per-element time loop) is lifted first (:func:`lift_loop`)."""
     loops = [x for x in walk(expr) if isinstance(x, Loop)]
     if not loops:
         raise TensorLangError(f"{stage}: the program has no loop")
-    if len(loops) > 1:
-        raise UnsupportedError(
-            f"{stage}: the program has {len(loops)} loops ({describe(loops[0])}, ...); "
-            "only one loop per program is supported (nested or sequential loops are not yet)"
-        )
-    lp = loops[0]
-    if free_indices(lp):
-        names = ", ".join(sorted(repr(i) for i in free_indices(lp)))
-        raise UnsupportedError(
-            f"{stage}: the loop {describe(lp)} sits inside a gen/sum binder (it uses its index {names}); "
-            "loops must be at top level: build the loop first and index its result"
-        )
-    bound = [v for v in free_vars(lp) if v.uid != 0]
-    if bound:
-        raise UnsupportedError(
-            f"{stage}: the loop {describe(lp)} uses the let-bound {bound[0].name}; "
-            "loops must be at top level (pass the value as an input or compute it inside the loop's init)"
-        )
+    lp = next(x for x in loops if not any(isinstance(y, Loop) for y in walk(x) if y is not x))
+    lifted = lift_loop(expr, lp, loops, stage)
+    if lifted is not None:  # a per-element loop under gen/sum: one loop over a tensor of states
+        return split(lifted, stage)
+    _check_top_level(lp, loops, stage)
     taken = {v.name for v in input_vars(expr)} | {s.name for s in size_vars(expr)}
     final = Var(_fresh_name(taken, "loop_final"), 0, lp.svar.type)
     state = Var(_fresh_name(taken, "loop_state"), 0, lp.svar.type)
@@ -226,6 +229,140 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
         body = subst(body, idx={lp.ivar: sym_aff(t_size) - 1})
     post = _replace(expr, lp, final)
     return Split(lp, lp.extent, lp.init, body, state, t_size, post, final, hoisted, rows)
+
+
+def _check_top_level(lp: Loop, loops: list, stage: str) -> None:
+    """``lp`` is computed once per run of the program: it uses no enclosing
+    loop's ``t`` or state, no gen/sum index and no let-bound variable."""
+    idx, fv = free_indices(lp), set(free_vars(lp))
+    for outer in loops:
+        if outer is lp:
+            continue
+        uses = ([repr(outer.ivar)] if outer.ivar in idx else []) + ([outer.svar.name] if outer.svar in fv else [])
+        if uses:
+            raise UnsupportedError(
+                f"{stage}: the loop {describe(lp)} is nested in the body of the loop {describe(outer)} and uses its "
+                f"{' and '.join(uses)}; a loop nested in a loop body is not supported (only one that uses neither "
+                "the enclosing step index nor its state, computed once): supported are loops in sequence, "
+                "a loop's init or body using another loop's final state, and independent loops in one program"
+            )
+    if idx:
+        names = ", ".join(sorted(repr(i) for i in idx))
+        raise UnsupportedError(
+            f"{stage}: the loop {describe(lp)} sits inside a gen/sum binder (it uses its index {names}); "
+            "that no enclosing gen/sum binds; loops must be at top level or directly under gen/sum binders "
+            "(per-element loops, run as one loop over the elements)"
+        )
+    bound = [v for v in fv if v.uid != 0]
+    if bound:
+        raise UnsupportedError(
+            f"{stage}: the loop {describe(lp)} uses the let-bound {bound[0].name}; "
+            "loops must be at top level (pass the value as an input or compute it inside the loop's init)"
+        )
+
+
+def _path(expr: Expr, lp: Loop) -> list:
+    """The nodes from ``expr`` down to ``lp`` (``lp`` excluded)."""
+    out, x = [], expr
+    while x is not lp:
+        out.append(x)
+        x = next(c for c in _flat_children(x) if isinstance(c, Expr) and (c is lp or lp in _subterms(c)))
+    return out
+
+
+def _flat_children(x):
+    for c in children(x):
+        if isinstance(c, tuple):
+            yield from c
+        else:
+            yield c
+
+
+def lift_loop(expr: Expr, lp: Loop, loops: list, stage: str):
+    """Per-element time loops (issue #17): ``gen[j:m] … loop[t:T] (s = init_j)
+    body_j …`` is ``gen[j:m] … L[j] …`` with ``L = loop[t:T] (S = gen[j:m]
+    init_j) gen[j:m] body_j[s := S[j]]``: one loop whose state is the
+    tensor of the elements' states, each step the elements' steps side by
+    side (the same operations: the cost is the per-element loops' own).  So
+    for every enclosing gen/sum index the loop uses, outermost first.
+    Returns the rewritten program, or None when ``lp`` uses no such index;
+    refuses (UnsupportedError naming the loop and ``stage``) a pair state, a
+    binder extent or a step count that depends on an index, and a loop whose
+    lifted init or body would read out of range (a loop under a guard such
+    as ``[j >= 1]·loop(…, X[j - 1] …)``)."""
+    from . import bounds
+    from .errors import BoundsError
+    from .ir import Access, Gen, PairT, Sum, TensorT
+
+    idx = free_indices(lp)
+    if not idx or any(o.ivar in idx or o.svar in set(free_vars(lp)) for o in loops if o is not lp):
+        return None  # top level, or nested in a loop body (refused by _check_top_level)
+    path = _path(expr, lp)
+    binders = [b for b in path if isinstance(b, (Gen, Sum)) and b.var in idx]
+    if {b.var for b in binders} != set(idx):
+        return None
+    what = f"{stage}: the loop {describe(lp)} sits inside a gen/sum binder (it uses its index " \
+           f"{', '.join(repr(b.var) for b in binders)})"
+    if lp.extent.index_vars():
+        raise UnsupportedError(f"{what} and its number of steps {lp.extent} depends on it; a per-element loop "
+                               "is supported when every element runs the same number of steps")
+    if any(t for t in walk_types(lp.svar.type) if isinstance(t, PairT)):
+        raise UnsupportedError(f"{what} and its state has the pair type {lp.svar.type}; a per-element loop is "
+                               "supported with a scalar or tensor state (build one loop over pairs of tensors)")
+    st = lp.svar.type
+    for b in reversed(binders):
+        st = TensorT(b.extent, st)
+    fresh = {b.var: IndexVar(b.var.name, fresh_uid()) for b in binders}
+    S = Var(lp.svar.name, fresh_uid(), st)
+    s_at = S
+    for b in binders:
+        s_at = Access(s_at, sym_aff(fresh[b.var]))
+    ren = {j: sym_aff(k) for j, k in fresh.items()}
+    init, body = subst(lp.init, idx=ren), subst(lp.body, vals={lp.svar: s_at}, idx=ren)
+    for b in reversed(binders):
+        init, body = Gen(fresh[b.var], b.extent, init), Gen(fresh[b.var], b.extent, body)
+    new = Loop(lp.extent, init, lp.ivar, S, body, lp.checkpoint)
+    at = new
+    for b in binders:
+        at = Access(at, sym_aff(b.var))
+    out = _replace(expr, lp, at)
+    type_of(out)
+    try:
+        after = bounds.check_program(out)
+    except BoundsError as exc:
+        raise UnsupportedError(f"{what}; run as one loop over all its elements, it would read out of range "
+                               f"({exc}); a per-element loop under a guard on its index is not supported") from None
+    before = {_sig(c) for c in bounds.check_program(expr)}
+    extra = [c for c in after if _sig(c) not in before]
+    if extra:
+        raise UnsupportedError(f"{what}; run as one loop over all its elements it needs sizes the program does "
+                               f"not ({extra[0].node} in range); a per-element loop under a guard on its index "
+                               "is not supported")
+    return out
+
+
+def _sig(c) -> tuple:
+    return (str(c.index), str(c.extent), getattr(c, "positive", None))
+
+
+def walk_types(t):
+    from .ir import PairT, TensorT
+
+    yield t
+    if isinstance(t, PairT):
+        yield from walk_types(t.fst)
+        yield from walk_types(t.snd)
+    elif isinstance(t, TensorT):
+        yield from walk_types(t.elem)
+
+
+def chain(expr: Expr, stage: str = "this stage") -> list:
+    """The splits of a program's loops in execution order: ``split(expr)``,
+    then ``split`` of its ``post`` while that holds a loop."""
+    out = [split(expr, stage)]
+    while has_loop(out[-1].post):
+        out.append(split(out[-1].post, stage))
+    return out
 
 
 def row_inputs(body: Expr, t: IndexVar, taken: set):
@@ -391,7 +528,9 @@ def _subterms(x) -> set:
 def loop_cost_parts(expr: Expr, context=((), None)) -> list:
     """The loop-free parts whose Fig. 6 counts add up to the loop program's:
     ``[(init, ctx), (body, ctx + t in [0, T)), (post, ctx)]`` (the body with
-    the state an input, costed at every step ``t``: ``Σ_t $⟦body⟧``)."""
+    the state an input, costed at every step ``t``: ``Σ_t $⟦body⟧``); with
+    several loops ``post`` holds the next ones, costed the same way (each
+    loop symbolically in its own ``T``)."""
     sp = split(expr, "cost")
     B0, P0 = tuple(context[0]), context[1]
     body_t = subst(sp.loop.body, vals={sp.loop.svar: sp.state})
@@ -404,127 +543,9 @@ def loop_cost_carrier(expr: Expr) -> Expr:
 
     sp = split(expr, "cost")
     body_t = subst(sp.loop.body, vals={sp.loop.svar: sp.state})
-    return Pair(sp.pre, Pair(Gen(sp.loop.ivar, sp.steps, body_t), sp.post))
+    post = loop_cost_carrier(sp.post) if has_loop(sp.post) else sp.post  # the next loops' (chain)
+    return Pair(sp.pre, Pair(Gen(sp.loop.ivar, sp.steps, body_t), post))
 
 
 def steps_at(sp: Split, sizes: dict) -> int:
     return sp.steps.evaluate(sizes)
-
-
-# --------------------------------------------------------------------------
-# Checkpoint schedules (issue #17 item 2)
-
-
-def binomial_budget(policy, T: int) -> int:
-    """The snapshot budget ``s`` of a binomial policy at ``T`` steps (default
-    ``max(1, ceil(log2 T))``, giving ``O(log T)`` repetitions)."""
-    s = policy[1]
-    if s is None:
-        s = max(1, math.ceil(math.log2(T))) if T > 1 else 1
-    return s
-
-
-def repetitions(s: int, T: int) -> int:
-    """Revolve's repetition number: the least ``r`` with ``C(s + r, s) >= T``."""
-    r = 0
-    while math.comb(s + r, s) < T:
-        r += 1
-    return r
-
-
-@dataclass
-class Schedule:
-    """A reverse sweep as actions over ``T >= 1`` steps, run on one "current" state.
-
-    ``("store", slot, t)``: copy the current state ``s_t`` to checkpoint slot
-    ``slot``; ``("restore", slot, t)``: current := slot; ``("advance", t0,
-    t1)``: run the body from ``s_t0`` to ``s_t1``; ``("final",)``: the
-    current state is ``s_T`` (the value; the reverse sweep starts);
-    ``("reverse", t)``: one adjoint step of step ``t`` at the current state
-    ``s_t``.  ``slots``: peak stored states; ``forward_steps``: body
-    evaluations in all (the primal's ``T`` included); ``recomputed``: those
-    beyond ``T``."""
-
-    actions: list
-    slots: int
-    forward_steps: int
-
-    @property
-    def recomputed(self) -> int:
-        return self.forward_steps - self.steps
-
-    @property
-    def steps(self) -> int:
-        return sum(1 for a in self.actions if a[0] == "reverse")
-
-
-def _finish(acts: list) -> Schedule:
-    slots = 1 + max((a[1] for a in acts if a[0] == "store"), default=-1)
-    fwd = sum(a[2] - a[1] for a in acts if a[0] == "advance")
-    return Schedule(acts, slots, fwd)
-
-
-def schedule(policy, T: int) -> Schedule:
-    """The action list of a checkpoint policy at ``T >= 1`` steps (class doc)."""
-    acts: list = []
-    if policy == "all":
-        for t in range(T):
-            acts += [("store", t, t), ("advance", t, t + 1)]
-        acts.append(("final",))
-        for t in reversed(range(T)):
-            acts += [("restore", t, t), ("reverse", t)]
-        return _finish(acts)
-    if isinstance(policy, int):
-        k = policy
-        starts = list(range(0, T, k))
-        nseg = len(starts)
-        for j, t0 in enumerate(starts):
-            acts += [("store", j, t0), ("advance", t0, min(t0 + k, T))]
-        acts.append(("final",))
-        for j in reversed(range(nseg)):
-            t0 = starts[j]
-            t1 = min(t0 + k, T)
-            # recompute the segment: s_t0 is in slot j, s_t (t > t0) goes to slot nseg + t - t0 - 1
-            acts.append(("restore", j, t0))
-            for t in range(t0 + 1, t1):
-                acts += [("advance", t - 1, t), ("store", nseg + t - t0 - 1, t)]
-            for t in reversed(range(t0, t1)):
-                acts += [("restore", j if t == t0 else nseg + t - t0 - 1, t), ("reverse", t)]
-        return _finish(acts)
-    return _revolve(T, binomial_budget(policy, T))
-
-
-def _revolve(T: int, s: int) -> Schedule:
-    """Griewank's binomial schedule with ``s`` snapshots (slot 0 holds ``s_0``):
-    a range ``[a, b)`` holding ``s_a`` with ``c`` free slots has ``c + 1``
-    checkpoints and repetition number ``r`` (least with ``C(c+1+r, c+1) >=
-    b - a``); its snapshot goes where the right part, ``C(c + r, c)`` steps
-    long, can be reversed with ``c`` checkpoints, and the left part with
-    ``c + 1`` and ``r - 1`` repetitions (``C(c+1+r, c+1) = C(c+r, c+1) +
-    C(c+r, c)``).  The forward steps beyond the primal's are at most
-    ``r·T`` (Griewank and Walther, Revolve)."""
-    acts: list = [("store", 0, 0), ("advance", 0, T), ("final",)]
-
-    def rev(a: int, b: int, c: int, slot: int):
-        # s_a is in slot ``slot``; ``c`` further slots are free
-        if b - a == 1:
-            acts.extend((("restore", slot, a), ("reverse", a)))
-            return
-        if c == 0:  # no snapshot left: recompute from a for each step
-            for t in reversed(range(a, b)):
-                acts.append(("restore", slot, a))
-                if t > a:
-                    acts.append(("advance", a, t))
-                acts.append(("reverse", t))
-            return
-        # c + 1 checkpoints here (s_a's slot and c free): r repetitions
-        # reverse C(c + 1 + r, c + 1) steps; the right part gets c checkpoints
-        r = repetitions(c + 1, b - a)
-        right = max(1, min(math.comb(c + r, c), b - a - 1))
-        m = b - right
-        acts.extend((("restore", slot, a), ("advance", a, m), ("store", slot + 1, m)))
-        rev(m, b, c - 1, slot + 1)
-        rev(a, m, c, slot)
-
-    rev(0, T, s - 1, 0)
-    return _finish(acts)

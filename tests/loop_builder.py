@@ -52,12 +52,17 @@ ACTS = ("sin", "tanh", "relu", "abs", "softplus", "maximum0")
 class _Loop:
     """Draws one loop program; records the inputs it declares."""
 
-    def __init__(self, draw, symbolic_T: bool, steps: int, state: str, n):
+    def __init__(self, draw, symbolic_T: bool, steps: int, state: str, n, tname: str = "T", prefix: str = "",
+                 decl=None):
         self.draw = draw
         self.n = n
         self.steps = steps
-        self.T = tl.size("T") if symbolic_T else steps
-        self.decl: dict = {}
+        self.T = tl.size(tname) if symbolic_T else steps
+        # a second loop (two-loop programs): its t-shaped inputs and initial states get a prefix, and it
+        # shares the first loop's other inputs (a, x, w, z: one parameter in both loops) or reads
+        # terms of the first loop's result in their place (``decl``)
+        self.prefix = prefix
+        self.decl: dict = dict(decl or {})
         self.kinds: list = []
         self.state = state
         # the term kinds come from a seeded generator: hypothesis's own draws
@@ -66,11 +71,15 @@ class _Loop:
 
     # -- inputs -------------------------------------------------------------------
     def tensor(self, name, *ext):
+        if name in ("f", "g", "q", "h", "u0", "u1"):
+            name = self.prefix + name
         if name not in self.decl:
             self.decl[name] = tl.tensor(name, *ext)
         return self.decl[name]
 
     def scalar(self, name):
+        if name in ("u0", "u1"):
+            name = self.prefix + name
         if name not in self.decl:
             self.decl[name] = tl.scalar(name)
         return self.decl[name]
@@ -192,7 +201,9 @@ class _Loop:
         return out
 
     # -- the whole program ------------------------------------------------------------
-    def build(self, policy):
+    def build(self, policy, init=None):
+        """``post(loop(T, init, body))``; ``init``: a given initial state
+        (a term of an earlier loop's result) instead of a drawn one."""
         n = self.n
         st_kind = self.state
         draw = self.draw
@@ -208,8 +219,9 @@ class _Loop:
                 return tl.gen(n, lambda i: tl.tanh(u[i]) + 0.5 * tl.iverson(i >= 1, u[i - 1]))
             return tl.sin(u) + 0.25
 
-        inits = [init_of(kind, k) for k, kind in enumerate(comp_types)]
-        init = inits[0] if len(inits) == 1 else tl.pair(inits[0], inits[1])
+        if init is None:
+            inits = [init_of(kind, k) for k, kind in enumerate(comp_types)]
+            init = inits[0] if len(inits) == 1 else tl.pair(inits[0], inits[1])
 
         def getter(s, k, kind):
             sk = s if len(comp_types) == 1 else tl.proj(s, k)
@@ -250,9 +262,62 @@ def _loss(e: Expr, n):
     return e * e + 0.5 * e
 
 
+# how a second loop meets the first (two-loop programs): its initial state is
+# the first's result; the two are independent, feeding one loss (sharing the
+# first's inputs: a parameter in both); its body reads terms of the first's
+# result as loop-invariant inputs (``x``, ``a``)
+# ``per_element``: the second loop is a per-element loop ``gen[j:n] loop(T2,
+# init_j, body_j)`` (a scalar state per j, started from the first's result,
+# read back at j; run as one loop over the elements, loops.lift_loop)
+LINKS = ("chain", "independent", "invariant", "per_element")
+
+
+def _second_loop(draw, b: _Loop, L1, sym2: bool, steps2: int, policy2, link: str):
+    """``(program value, second builder)`` of a two-loop program."""
+    n = b.n
+    decl = dict(b.decl)
+    if link == "invariant":  # terms of L1's result stand for the inputs x and a in the second body
+        t1 = type_of(L1)
+        first = tl.proj(L1, 0) if isinstance(t1, PairT) else L1
+        if isinstance(type_of(first), TensorT):
+            decl["x"] = tl.gen(n, lambda i: tl.tanh(first[i]))
+            decl["a"] = 0.5 * tl.tanh(tl.sum(n, lambda j: first[j]))
+        else:
+            decl["a"] = 0.5 * tl.tanh(first)
+            decl["x"] = tl.gen(n, lambda i: tl.sin(first))
+    if link == "per_element":
+        return _per_element(draw, b, L1, sym2, steps2, policy2, decl)
+    state2 = b.state if link == "chain" else draw(st.sampled_from(["tensor", "scalar", "pair_ts"]))
+    b2 = _Loop(draw, sym2, steps2, state2, n, tname="T2", prefix="v", decl=decl)
+    L2 = b2.build(policy2, init=L1 if link == "chain" else None)
+    b.kinds += ["2:" + link] + ["2:" + k for k in b2.kinds]
+    if link == "chain":
+        return L2, b2
+    return tl.pair(L1, L2), b2
+
+
+def _per_element(draw, b: _Loop, L1, sym2: bool, steps2: int, policy2, decl):
+    n = b.n
+    t1 = type_of(L1)
+    first = tl.proj(L1, 0) if isinstance(t1, PairT) else L1
+    b2 = _Loop(draw, sym2, steps2, "scalar", n, tname="T2", prefix="v", decl=decl)
+    x = b2.tensor("x", n)
+    c = b2.coef()
+
+    def elem(j):
+        start = first[j] if isinstance(type_of(first), TensorT) else tl.tanh(first) + 0.5 * x[j]
+        return tl.loop(b2.T, start, lambda t, s: b2.scalar_next(t, lambda: s, None) + c * tl.sin(x[j] + s),
+                       checkpoint=policy2)
+
+    b.kinds += ["2:per_element"] + ["2:" + k for k in b2.kinds]
+    return tl.pair(L1, tl.gen(n, elem)), b2
+
+
 def build_loop_program(draw, *, state: str = "any", symbolic_T=None, max_steps: int = 4, max_size: int = 4,
-                       policies=POLICIES):
-    """The parts of :func:`tests.strategies.loop_programs` (see there)."""
+                       policies=POLICIES, loops: int = 1):
+    """The parts of :func:`tests.strategies.loop_programs` (see there);
+    ``loops=2``: a program with two loops, linked as in :data:`LINKS`
+    (the second's ``T2`` an int or the size ``T2``, its own policy)."""
     if state == "any":
         state = draw(st.sampled_from(["tensor", "tensor", "scalar", "pair_ts", "pair_tt"]))
     sym = draw(st.booleans()) if symbolic_T is None else symbolic_T
@@ -264,6 +329,14 @@ def build_loop_program(draw, *, state: str = "any", symbolic_T=None, max_steps: 
     b = _Loop(draw, sym, steps, state, n)
     expr = b.build(policy)
     sizes_env = {"n": nval, "T": steps}
+    link = None
+    if loops == 2:
+        link = LINKS[int(b.rng.integers(len(LINKS)))]  # seeded: hypothesis's own draws favour the list's ends
+        sym2 = draw(st.booleans()) if symbolic_T is None else symbolic_T
+        steps2 = draw(st.integers(1 if sym2 else 0, max_steps))
+        expr, _ = _second_loop(draw, b, expr, sym2, steps2, draw(st.sampled_from(list(policies))), link)
+        sizes_env["T2"] = steps2
+        policy = (policy, _policy_of_second(expr))
     rng = np.random.default_rng(seed)
     inputs, types = {}, {}
     for v in sorted(input_vars(expr), key=lambda v: v.name):
@@ -281,4 +354,26 @@ def build_loop_program(draw, *, state: str = "any", symbolic_T=None, max_steps: 
                 state=state, kinds=tuple(b.kinds), symbolic_T=sym, size_values=sizes_env)
 
 
-__all__ = ["build_loop_program", "POLICIES"]
+def _policy_of_second(expr):
+    from tensorlang.loops import chain
+
+    return chain(expr, "test")[-1].checkpoint
+
+
+@st.composite
+def two_loop_programs(draw, state: str = "any", symbolic_T: bool | None = None, max_steps: int = 3,
+                      max_size: int = 3):
+    """Random programs with two loops (``build_loop_program(loops=2)``), as
+    :class:`tests.strategies.LoopProgram`; ``policy`` is the pair of the
+    loops' policies and ``steps`` the first's (``size_values["T2"]`` the second's)."""
+    from .strategies import LoopProgram
+
+    parts = build_loop_program(draw, state=state, symbolic_T=symbolic_T, max_steps=max_steps, max_size=max_size,
+                               loops=2)
+    return LoopProgram(parts["expr"], parts["inputs"], parts["sizes"], bound=10.0, input_types=parts["input_types"],
+                       loss=parts["loss"], wrt=parts["wrt"], policy=parts["policy"], steps=parts["steps"],
+                       state=parts["state"], kinds=parts["kinds"], symbolic_T=parts["symbolic_T"],
+                       size_values=parts["size_values"])
+
+
+__all__ = ["build_loop_program", "two_loop_programs", "POLICIES", "LINKS"]

@@ -3,7 +3,11 @@
 ``loops.split`` cuts a program at its top-level loop into ``pre``, ``body``
 and ``post``; each is compiled to its own kernel by ``tl.compile``, and the
 body's kernel runs ``T`` times with ``T`` a runtime value, so the kernels'
-size and compile time do not depend on ``T``.
+size and compile time do not depend on ``T``.  With several loops
+(``loops.chain``) ``post`` holds the next loops and runs as a loop program
+of its own (:class:`LoopPart`): the loops run one after the other, each its
+own sequential loop with its own step programs, the loop-free segments
+between them as kernels.
 
 A whole sweep runs in one Numba call (``step_programs.py``): the
 checkpoint schedule becomes a table of instructions, run by a loop compiled
@@ -23,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Var, input_vars, size_vars
-from ..loops import Split, row_at, split, t_value
+from ..loops import Split, has_loop, row_at, split, t_value
 from ..typecheck import check_program
 # the step programs (their own module); names re-exported for loop_autodiff and the tests
 from .step_programs import (  # noqa: F401
@@ -81,6 +85,28 @@ class Part:
         return self.fn(**kw)
 
 
+class LoopPart:
+    """The ``post`` of a program with several loops (``loops.chain``): a loop
+    program of the inputs and the previous loop's final state, run as one
+    (its own split, kernels and step programs), on the values it names."""
+
+    def __init__(self, prog, mode: str, compile_fn, threads=None):
+        self.prog = prog
+        self.var = None
+        self.program = LoopProgram(prog, "compile", mode, compile_fn, threads)
+        self.inputs = [v.name for v in input_vars(prog)]
+        self.sizes = [s.name for s in size_vars(prog)]
+
+    def kwargs(self, values: dict, sizes: dict) -> dict:
+        kw = {k: values[k] for k in self.inputs}
+        for s in self.sizes:
+            kw[s] = sizes[s]
+        return kw
+
+    def __call__(self, values: dict, sizes: dict):
+        return self.program.forward(self.kwargs(values, sizes))
+
+
 class LoopProgram:
     """A loop program's parts, its sizes and its compiled primal."""
 
@@ -100,7 +126,9 @@ class LoopProgram:
         # (``forcing[t]`` with ``forcing : [0]…`` reads out of range at every t)
         never = self.sp.steps.is_const and self.sp.steps.const == 0
         self.body = None if never else Part(self.sp.body, mode, compile_fn)
-        self.post = Part(self.sp.post, mode, compile_fn)
+        # several loops (loops.chain): post holds the next ones, a loop program of its own
+        self.post = (LoopPart(self.sp.post, mode, compile_fn, threads) if has_loop(self.sp.post)
+                     else Part(self.sp.post, mode, compile_fn))
         # the body's loop-invariant terms (loops.hoist_invariants), each its own kernel
         self.inv = [] if never else [(v, Part(e, mode, compile_fn)) for v, e in self.sp.hoisted]
 

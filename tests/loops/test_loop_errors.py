@@ -138,20 +138,55 @@ def test_t_used_outside_its_loop_is_refused_naming_t():
 # -- not supported yet: named with the loop and the stage ----------------------------------------
 
 
-def test_two_loops_are_refused_naming_the_loop_and_the_stage():
-    L1 = tl.loop(T, u0, step)
-    L2 = tl.loop(3, L1, lambda t, u: tl.gen(n, lambda i: tl.sin(u[i])))
-    loss = tl.sum(n, lambda i: L2[i] * L2[i])
-    kw = dict(u0=np.ones(3), a=0.3, T=4)
-    # the evaluator runs it (the reference semantics) ...
+def test_a_loop_nested_in_a_loop_body_is_refused_naming_both_loops_and_the_stage():
+    # two loops in sequence are supported (tests/loops/test_loop_chain.py); a loop inside another
+    # loop's body that uses that loop's state is not: every stage but the evaluator refuses it
+    inner = lambda t, u: tl.loop(2, u, lambda s, v: tl.gen(n, lambda i: 0.5 * v[i] + a))  # noqa: E731
+    L = tl.loop(3, u0, inner)
+    loss = tl.sum(n, lambda i: L[i] * L[i])
+    kw = dict(u0=np.ones(3), a=0.3)
     u = np.ones(3)
-    for _ in range(4):
+    for _ in range(6):
         u = 0.5 * u + 0.3
-    for _ in range(3):
-        u = np.sin(u)
-    assert tl.evaluate(loss, **kw) == pytest.approx(float(u @ u), rel=1e-14)
-    # ... every other stage refuses it, naming itself and the loop
+    assert tl.evaluate(loss, **kw) == pytest.approx(float(u @ u), rel=1e-14)  # the reference semantics
     for stage, run in [("compile", lambda: tl.compile(loss)), ("grad", lambda: tl.grad(loss, wrt=u0)),
-                       ("jvp", lambda: tl.jvp(loss, wrt=u0))]:
-        with pytest.raises(tl.UnsupportedError, match=rf"{stage}: the program has 2 loops \(loop\[t:3\] .*only one loop"):
+                       ("jvp", lambda: tl.jvp(loss, wrt=u0)), ("vjp", lambda: tl.vjp(L, wrt=u0)),
+                       ("cost", lambda: tl.cost(loss, n=3))]:
+        with pytest.raises(tl.UnsupportedError, match=rf"{stage}: the loop loop\[s:2\] .* is nested in the body of "
+                           r"the loop loop\[t:3\] .*uses its u; a loop nested in a loop body is not supported"):
             run()
+
+
+def test_a_loop_nested_using_the_outer_step_index_is_refused_naming_it():
+    f = tl.tensor("f", 3, n)
+    L = tl.loop(3, u0, lambda t, u: tl.loop(2, tl.gen(n, lambda i: f[t, i]), lambda s, v: tl.gen(n, lambda i: v[i] * a)))
+    with pytest.raises(tl.UnsupportedError, match=r"grad: the loop loop\[s:2\] .* nested in the body of the loop "
+                       r"loop\[t:3\] .*uses its t"):
+        tl.grad(tl.sum(n, lambda i: L[i]), wrt=f)
+
+
+def test_a_per_element_loop_under_a_guard_on_its_index_is_refused_naming_the_loop_and_the_stage():
+    # per-element loops under gen/sum run as one loop over all elements (tests/loops/test_loop_lift.py);
+    # under a guard on the element's index the lifted init would read out of range: refused
+    X = tl.tensor("X", m, n)
+    per = tl.gen(m, lambda j: tl.iverson(j >= 1, tl.loop(4, X[j - 1, 0], lambda t, s: 0.5 * s + a)))
+    loss = tl.sum(m, lambda j: per[j])
+    kw = dict(X=np.ones((3, 2)), a=0.3)
+    s = 1.0
+    for _ in range(4):
+        s = 0.5 * s + 0.3
+    assert tl.evaluate(loss, **kw) == pytest.approx(2 * s, rel=1e-14)  # the reference semantics
+    for stage, run in [("compile", lambda: tl.compile(loss)), ("grad", lambda: tl.grad(loss, wrt=X)),
+                       ("jvp", lambda: tl.jvp(loss, wrt=X)), ("cost", lambda: tl.cost(loss, n=3, m=2))]:
+        with pytest.raises(tl.UnsupportedError, match=rf"{stage}: the loop loop\[t:4\] .* sits inside a gen/sum binder "
+                           r"\(it uses its index j.*would read out of range.*under a guard on its index is not supported"):
+            run()
+
+
+def test_a_per_element_loop_with_a_pair_state_is_refused_naming_the_type():
+    X = tl.tensor("X", m, n)
+    per = tl.gen(m, lambda j: tl.proj(tl.loop(3, tl.pair(X[j, 0], X[j, 1]),
+                                              lambda t, s: tl.pair(tl.proj(s, 1), tl.proj(s, 0) * a)), 0))
+    with pytest.raises(tl.UnsupportedError, match=r"grad: the loop loop\[t:3\] .* sits inside a gen/sum binder .*"
+                       r"its state has the pair type \(ℝ × ℝ\)"):
+        tl.grad(tl.sum(m, lambda j: per[j]), wrt=a)

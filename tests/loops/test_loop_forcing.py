@@ -20,7 +20,7 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.ir import TensorT
-from tensorlang.loop_autodiff import adjoint_cost
+from tensorlang.loop_cost import adjoint_cost
 from tensorlang.loops import binomial_budget, repetitions, split
 from tensorlang.typecheck import type_of
 

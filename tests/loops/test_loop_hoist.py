@@ -13,7 +13,7 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.ir import input_vars
-from tensorlang.loop_autodiff import adjoint_cost
+from tensorlang.loop_cost import adjoint_cost
 from tensorlang.loops import split
 
 n, T = tl.sizes("n T")

@@ -125,7 +125,7 @@ def test_each_part_normalizes_with_value_and_cost_kept(prog):
 @given(loop_programs(max_steps=4, max_size=4))
 def test_cost_is_the_parts_and_the_adjoint_is_within_its_certificate(prog):
     from tensorlang.loop_audit import certified_factor
-    from tensorlang.loop_autodiff import adjoint_cost
+    from tensorlang.loop_cost import adjoint_cost
 
     sizes = dict(prog.size_values)
     sp = split(prog.loss, "test")
@@ -168,7 +168,7 @@ def _at_step(e, t, k):
 def test_adjoint_cost_at_zero_steps_with_a_strided_input():
     """Found by hypothesis: at T = 0 no step runs, so the body's adjoint (whose
     q[2t + 1] is out of range for every t of an empty loop) is not built."""
-    from tensorlang.loop_autodiff import adjoint_cost
+    from tensorlang.loop_cost import adjoint_cost
 
     n = tl.size("n")
     u0, q = tl.tensor("u0", n), tl.tensor("q", 0, n)
@@ -186,7 +186,7 @@ def test_adjoint_cost_counts_each_step_at_its_own_t():
     adds nothing at t = 0.  The certificate's primal equals tl.cost (Σ over
     every t), and the adjoint's recomputed steps are counted at their own t
     (hand count against the schedule)."""
-    from tensorlang.loop_autodiff import adjoint_cost
+    from tensorlang.loop_cost import adjoint_cost
 
     n = tl.size("n")
     u0, f = tl.tensor("u0", n), tl.tensor("f", 5, n)

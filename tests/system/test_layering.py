@@ -10,6 +10,7 @@ layer   name      modules
 0       ir        errors, deep, decide, ir (the package ``tensorlang.ir``:
                   nodes, indices, types, expressions, scope), printer
 1       core      typecheck, functions, sharing, evaluator, conditionals,
+                  loops, loop_schedule,
                   api, the package ``tensorlang`` itself; the affine
                   layer (the only islpy users below the cost model):
                   isl_bridge, bounds
@@ -17,7 +18,8 @@ layer   name      modules
 3       cost,     cost_preds, cost_relations, cost_fig6, cost_fig17,
                   cost_symbolic, costmodel (the facade over them);
         backend   tensorlang.backend.*
-4       driver    driver (the one stage list), autodiff, loop_autodiff
+4       driver    driver (the one stage list), autodiff, loop_autodiff,
+                  loop_cost
 5       top       runtime, audit, cli, dask, interop
 6       outside   proofs.*, benchmarks.* (not installed; run from a
                   source checkout)
@@ -41,13 +43,13 @@ LAYERS = {
     "tensorlang.errors": 0, "tensorlang.deep": 0, "tensorlang.decide": 0,
     "tensorlang.ir": 0, "tensorlang.printer": 0,
     "tensorlang.typecheck": 1, "tensorlang.functions": 1, "tensorlang.sharing": 1,
-    "tensorlang.evaluator": 1, "tensorlang.conditionals": 1, "tensorlang.loops": 1, "tensorlang.api": 1, "tensorlang.sparse": 1, "tensorlang.relation_data": 1,
+    "tensorlang.evaluator": 1, "tensorlang.conditionals": 1, "tensorlang.loops": 1, "tensorlang.loop_schedule": 1, "tensorlang.api": 1, "tensorlang.sparse": 1, "tensorlang.relation_data": 1,
     "tensorlang": 1, "tensorlang.isl_bridge": 1, "tensorlang.bounds": 1,
     "tensorlang.passes": 2,
     "tensorlang.costmodel": 3, "tensorlang.cost_fig17": 3, "tensorlang.cost_relations": 3,
     "tensorlang.cost_symbolic": 3, "tensorlang.cost_preds": 3, "tensorlang.cost_fig6": 3,
     "tensorlang.backend": 3,
-    "tensorlang.driver": 4, "tensorlang.autodiff": 4, "tensorlang.loop_autodiff": 4,
+    "tensorlang.driver": 4, "tensorlang.autodiff": 4, "tensorlang.loop_autodiff": 4, "tensorlang.loop_cost": 4,
     "tensorlang.runtime": 5, "tensorlang.audit": 5, "tensorlang.loop_audit": 5, "tensorlang.cli": 5,
     "tensorlang.dask": 5, "tensorlang.interop": 5, "tensorlang.interop_sparse": 5, "tensorlang.interop_scipy": 5,
     "proofs": 6, "benchmarks": 6,
