@@ -173,10 +173,8 @@ def _coords_array(c, what: str, arity=None) -> np.ndarray:
 def _is_scipy(x) -> bool:
     if "scipy.sparse" not in sys.modules:  # no scipy matrix exists before scipy.sparse is imported
         return False
-    try:
-        import scipy.sparse as sp
-    except ModuleNotFoundError:  # scipy is optional: then nothing is a scipy matrix
-        return False
+    import scipy.sparse as sp  # a core dependency; imported only once the caller has
+
     return sp.issparse(x)
 
 

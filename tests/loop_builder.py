@@ -377,3 +377,19 @@ def two_loop_programs(draw, state: str = "any", symbolic_T: bool | None = None, 
 
 
 __all__ = ["build_loop_program", "two_loop_programs", "POLICIES", "LINKS"]
+
+
+def dot_values(a, b) -> float:
+    """<a, b> over a loop state's value: an array, a float, or nested tuples of them."""
+    if isinstance(a, tuple):
+        return sum(dot_values(x, y) for x, y in zip(a, b))
+    return float(np.sum(np.asarray(a, dtype=float) * np.asarray(b, dtype=float)))
+
+
+def random_like(v, rng):
+    """A standard-normal value of ``v``'s shape (nested tuples kept)."""
+    if isinstance(v, tuple):
+        return tuple(random_like(x, rng) for x in v)
+    if np.ndim(v):
+        return rng.standard_normal(np.shape(v))
+    return float(rng.standard_normal())

@@ -29,7 +29,7 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.loop_cost import adjoint_cost
-from tensorlang.loops import chain, normalize_checkpoint, schedule
+from tensorlang.loops import chain, schedule
 
 from tests.counting import counting_cost, total
 
@@ -128,7 +128,6 @@ def test_value_evaluator_and_compiled_agree_with_numpy(case, python_kernels):
     kw = _inputs(names)
     want = ref(**kw, T1=4, T2=3)
     assert tl.evaluate(loss, **kw, T1=4, T2=3) == pytest.approx(want, rel=1e-12)
-    from tensorlang.backend import api
     from tensorlang import driver
     from tensorlang.backend.loop_kernel import LoopKernel
 
@@ -346,7 +345,6 @@ def test_a_loop_in_a_loop_body_using_neither_t_nor_the_state_is_computed_once(py
     sz = dict(T1=5, T2=3)
     assert [describe_steps(sp) for sp in chain(loss)] == ["T2", "T1"]  # the inner loop first
     assert tl.evaluate(loss, **kw, **sz) == pytest.approx(ref(**kw, **sz), rel=1e-12)
-    from tensorlang.backend import api
     from tensorlang import driver
     from tensorlang.backend.loop_kernel import LoopKernel
 

@@ -74,7 +74,6 @@ def _kw(seed=0):
 
 
 def test_values_compiled_and_one_loop_over_the_elements(python_kernels):
-    from tensorlang.backend import api
     from tensorlang import driver
     from tensorlang.backend.loop_kernel import LoopKernel
 

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 import tensorlang as tl
 from tensorlang.loops import normalize_checkpoint
 
-from tests.loop_builder import POLICIES
+from tests.loop_builder import POLICIES, dot_values, random_like
 from tests.strategies import loop_programs
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
@@ -43,18 +43,6 @@ def _python_kernels(monkeypatch):
     monkeypatch.setattr(api, "compile", api.python_kernel)
 
 
-def _dot(a, b) -> float:
-    if isinstance(a, tuple):
-        return sum(_dot(x, y) for x, y in zip(a, b))
-    return float(np.sum(np.asarray(a, dtype=float) * np.asarray(b, dtype=float)))
-
-
-def _like(v, rng):
-    if isinstance(v, tuple):
-        return tuple(_like(x, rng) for x in v)
-    if np.ndim(v):
-        return rng.standard_normal(np.shape(v))
-    return float(rng.standard_normal())
 
 
 def _shift(kw, dirs, h):
@@ -72,9 +60,9 @@ def test_gradient_matches_finite_differences(prog):
     rng = np.random.default_rng(prog.steps)
     h = 1e-6
     for _ in range(2):
-        dirs = {v.name: _like(prog.inputs[v.name], rng) for v in wrt}
+        dirs = {v.name: random_like(prog.inputs[v.name], rng) for v in wrt}
         fd = (tl.evaluate(prog.loss, **_shift(kw, dirs, h)) - tl.evaluate(prog.loss, **_shift(kw, dirs, -h))) / (2 * h)
-        got = sum(_dot(gv, dirs[v.name]) for v, gv in zip(wrt, g))
+        got = sum(dot_values(gv, dirs[v.name]) for v, gv in zip(wrt, g))
         assert got == pytest.approx(fd, rel=1e-5, abs=1e-6), (got, fd)
 
 
@@ -84,13 +72,13 @@ def test_dot_product_jvp_against_vjp(prog):
     kw = {**prog.inputs, **prog.sizes}
     wrt = list(prog.wrt)
     rng = np.random.default_rng(prog.steps + 1)
-    dirs = {"d" + v.name: _like(prog.inputs[v.name], rng) for v in wrt}
+    dirs = {"d" + v.name: random_like(prog.inputs[v.name], rng) for v in wrt}
     value, jv = tl.jvp(prog.expr, wrt=wrt)(**kw, **dirs)
     np.testing.assert_allclose(_flat(value), _flat(tl.evaluate(prog.expr, **kw)), rtol=1e-12, atol=1e-12)
-    w = _like(value, rng)
+    w = random_like(value, rng)
     gs = tl.vjp(prog.expr, wrt=wrt)(**kw, dy=w)
-    lhs = _dot(jv, w)
-    rhs = sum(_dot(dirs["d" + v.name], gv) for v, gv in zip(wrt, gs))
+    lhs = dot_values(jv, w)
+    rhs = sum(dot_values(dirs["d" + v.name], gv) for v, gv in zip(wrt, gs))
     assert lhs == pytest.approx(rhs, rel=1e-10, abs=1e-10)
 
 

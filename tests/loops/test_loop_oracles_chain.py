@@ -34,7 +34,7 @@ from tensorlang.loops import chain, normalize_checkpoint, schedule, t_value
 from tensorlang.passes.pipeline import normalize
 
 from tests.counting import counting_cost, total
-from tests.loop_builder import POLICIES, two_loop_programs
+from tests.loop_builder import POLICIES, dot_values, random_like, two_loop_programs
 from tests.oracles import check_pass
 from tests.strategies import assert_close
 
@@ -56,7 +56,6 @@ def _kw(prog):
 @SETTINGS
 @given(two_loop_programs())
 def test_float_exact_and_compiled_values_agree(prog):
-    from tensorlang.backend import api
     from tensorlang import driver
     from tensorlang.backend.loop_kernel import LoopKernel
 
@@ -149,18 +148,6 @@ def _randomize(z, rng):
     return float(rng.uniform(-1, 1))
 
 
-def _dot(a, b) -> float:
-    if isinstance(a, tuple):
-        return sum(_dot(x, y) for x, y in zip(a, b))
-    return float(np.sum(np.asarray(a, dtype=float) * np.asarray(b, dtype=float)))
-
-
-def _like(v, rng):
-    if isinstance(v, tuple):
-        return tuple(_like(x, rng) for x in v)
-    if np.ndim(v):
-        return rng.standard_normal(np.shape(v))
-    return float(rng.standard_normal())
 
 
 @SETTINGS
@@ -170,17 +157,17 @@ def test_gradient_against_finite_differences_and_jvp_against_vjp(prog):
     wrt = list(prog.wrt)
     g = tl.grad(prog.loss, wrt=wrt)(**kw)
     rng = np.random.default_rng(prog.steps)
-    dirs = {v.name: _like(prog.inputs[v.name], rng) for v in wrt}
+    dirs = {v.name: random_like(prog.inputs[v.name], rng) for v in wrt}
     h = 1e-6
     shift = lambda s: {k: (x + s * dirs[k] if k in dirs else x) for k, x in kw.items()}  # noqa: E731
     fd = (tl.evaluate(prog.loss, **shift(h)) - tl.evaluate(prog.loss, **shift(-h))) / (2 * h)
-    got = sum(_dot(gv, dirs[v.name]) for v, gv in zip(wrt, g))
+    got = sum(dot_values(gv, dirs[v.name]) for v, gv in zip(wrt, g))
     assert got == pytest.approx(fd, rel=1e-5, abs=1e-6)
     # the dot-product test on the (pair-valued) program: forward mode against reverse mode
     value, jv = tl.jvp(prog.expr, wrt=wrt)(**kw, **{"d" + k: d for k, d in dirs.items()})
-    w = _like(value, rng)
+    w = random_like(value, rng)
     gs = tl.vjp(prog.expr, wrt=wrt)(**kw, dy=w)
-    assert _dot(jv, w) == pytest.approx(sum(_dot(dirs[v.name], gv) for v, gv in zip(wrt, gs)), rel=1e-10, abs=1e-10)
+    assert dot_values(jv, w) == pytest.approx(sum(dot_values(dirs[v.name], gv) for v, gv in zip(wrt, gs)), rel=1e-10, abs=1e-10)
 
 
 @settings(max_examples=15, deadline=None, derandomize=True, database=None,
