@@ -101,7 +101,6 @@ from .expressions import (  # noqa: F401
 )
 from .scope import (  # noqa: F401
     _IDX_NAMES,
-    _canon,
     _subst,
     alpha_eq,
     canon_index,

@@ -252,36 +252,62 @@ def canonicalize(n: Node) -> Node:
     """Rename every bound index variable to :func:`canon_index` of its binder
     depth and every let-bound variable to a depth-numbered name, so
     alpha-equivalent terms become one interned object (de Bruijn levels)."""
-    return _canon(n, {}, {}, 0, 0)
+    return _Canon().go(n, {}, {}, 0, 0)
 
 
-def _canon(n, imap, vmap, ilevel, vlevel):
-    if not isinstance(n, Node):
-        if isinstance(n, tuple):
-            return tuple(_canon(x, imap, vmap, ilevel, vlevel) for x in n)
-        return n
-    match n:
-        case Var():
-            return vmap.get(n, n)
-        case IndexVar():
-            return imap.get(n, n)
-        case Aff():
-            return n.subst({k: sym_aff(v) for k, v in imap.items() if k in n.index_vars()}) if imap else n
-        case Gen(var=i, extent=a, body=b) | Sum(var=i, extent=a, body=b) | Exists(var=i, extent=a, body=b):
-            j = canon_index(ilevel, "e" + str(ilevel) if isinstance(n, Exists) else None)
-            return type(n)(j, _canon(a, imap, vmap, ilevel, vlevel), _canon(b, {**imap, i: j}, vmap, ilevel + 1, vlevel))
-        case Let(var=v, value=e0, body=e1):
-            w = Var(f"x{vlevel}", -(vlevel + 1), _canon(v.type, imap, vmap, ilevel, vlevel))
-            return Let(w, _canon(e0, imap, vmap, ilevel, vlevel), _canon(e1, imap, {**vmap, v: w}, ilevel, vlevel + 1))
-        case Loop(extent=a, init=e0, ivar=i, svar=v, body=b, checkpoint=ck):
-            j = canon_index(ilevel)
-            w = Var(f"x{vlevel}", -(vlevel + 1), _canon(v.type, imap, vmap, ilevel, vlevel))
-            body = _canon(b, {**imap, i: j}, {**vmap, v: w}, ilevel + 1, vlevel + 1)
-            return Loop(_canon(a, imap, vmap, ilevel, vlevel), _canon(e0, imap, vmap, ilevel, vlevel), j, w, body, ck)
-        case SizeVar() | BoolLit() | Const() | Relation() | Type():
+class _Canon:
+    """One canonicalization.  A term shared in the DAG is renamed once per
+    binder context: siblings under one binder share the renaming dicts, so
+    the memo key is the node with the identity of those dicts and the two
+    levels (without it, ``e = a + a`` repeated K times took 2^K visits: a
+    Python loop reusing an intermediate builds exactly that)."""
+
+    def __init__(self):
+        self.memo: dict = {}
+        self.keep: list = []  # the renaming dicts whose ids are in memo keys stay alive
+
+    def go(self, n, imap, vmap, ilevel, vlevel):
+        if not isinstance(n, Node):
+            if isinstance(n, tuple):
+                return tuple(self.go(x, imap, vmap, ilevel, vlevel) for x in n)
             return n
-        case _:
-            return rebuild(n, (_canon(c, imap, vmap, ilevel, vlevel) for c in children(n)))
+        match n:
+            case Var():
+                return vmap.get(n, n)
+            case IndexVar():
+                return imap.get(n, n)
+            case SizeVar() | BoolLit() | Const() | Relation() | Type():
+                return n
+        key = (n, id(imap), id(vmap), ilevel, vlevel)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = self._node(n, imap, vmap, ilevel, vlevel)
+        return got
+
+    def _node(self, n, imap, vmap, ilevel, vlevel):
+        go = self.go
+        match n:
+            case Aff():
+                return n.subst({k: sym_aff(v) for k, v in imap.items() if k in n.index_vars()}) if imap else n
+            case Gen(var=i, extent=a, body=b) | Sum(var=i, extent=a, body=b) | Exists(var=i, extent=a, body=b):
+                j = canon_index(ilevel, "e" + str(ilevel) if isinstance(n, Exists) else None)
+                inner = {**imap, i: j}
+                self.keep.append(inner)
+                return type(n)(j, go(a, imap, vmap, ilevel, vlevel), go(b, inner, vmap, ilevel + 1, vlevel))
+            case Let(var=v, value=e0, body=e1):
+                w = Var(f"x{vlevel}", -(vlevel + 1), go(v.type, imap, vmap, ilevel, vlevel))
+                inner = {**vmap, v: w}
+                self.keep.append(inner)
+                return Let(w, go(e0, imap, vmap, ilevel, vlevel), go(e1, imap, inner, ilevel, vlevel + 1))
+            case Loop(extent=a, init=e0, ivar=i, svar=v, body=b, checkpoint=ck):
+                j = canon_index(ilevel)
+                w = Var(f"x{vlevel}", -(vlevel + 1), go(v.type, imap, vmap, ilevel, vlevel))
+                inner_i, inner_v = {**imap, i: j}, {**vmap, v: w}
+                self.keep += [inner_i, inner_v]
+                body = go(b, inner_i, inner_v, ilevel + 1, vlevel + 1)
+                return Loop(go(a, imap, vmap, ilevel, vlevel), go(e0, imap, vmap, ilevel, vlevel), j, w, body, ck)
+            case _:
+                return rebuild(n, (go(c, imap, vmap, ilevel, vlevel) for c in children(n)))
 
 
 _IDX_NAMES = "ijklmnopqrstuvwxyz"

@@ -25,12 +25,13 @@ IR_DIR = os.path.join(ROOT, "tensorlang", "ir")
 # owns its memo; tests/normal_forms/test_node_facts.py checks it is gone) and
 # ``iverson`` (the folding builder needs the body's type: it lives in
 # typecheck, so the IR package imports nothing above it; issue #14 item 3)
+# and ``_canon`` (canonicalization is now one memoized walk, ``_Canon``)
 FORMER = (
     "Interned _TABLE _TABLE_LOCK Node _revive_with_uid node children rebuild _fresh fresh_uid Sym SizeVar "
     "IndexVar _sym_key Aff INDEX_LIMIT _check_index_int as_aff sym_aff Pred as_pred as_expr BoolLit TRUE FALSE Cmp "
     "Relation Rel And Or Exists conj disj Type RealT REAL PairT TensorT tensor_type shape_of scalar_elem Expr Var "
     "SparseVar Const _short_int Add Mul Call Pair Proj Gen Sum Access Iverson Let Loop ZERO ONE BINDERS free_vars "
-    "free_indices size_vars subst _subst canon_index canonicalize _canon _IDX_NAMES alpha_eq walk input_vars "
+    "free_indices size_vars subst _subst canon_index canonicalize _IDX_NAMES alpha_eq walk input_vars "
     "relations_of accesses access gens make_gens sums make_sums lets make_lets fresh_index fresh_var"
 ).split()
 
