@@ -207,9 +207,12 @@ def extract_products(binders, body, shape_of):
     found: dict = {}
     order = list(binders)
 
+    seen: set = set()  # a shared sub-term is looked at once (2^K paths in a DAG of K levels)
+
     def visit(e):
-        if e in found:
+        if e in seen:
             return
+        seen.add(e)
         match e:
             case Sum():
                 got = _candidate(e)
