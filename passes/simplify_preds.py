@@ -7,6 +7,8 @@ applies them to expressions.
 
 from __future__ import annotations
 
+import weakref
+
 from tensorlang.errors import TensorLangError, UnsupportedError
 from tensorlang.ir import (
     FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, as_aff, children, conj, disj, free_indices, subst, subst_flat,
@@ -105,8 +107,22 @@ def _dedupe(groups) -> list:
     return out
 
 
+_SIMPLIFIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # p -> simplify_pred(p) (this pass's memo)
+
+
 def simplify_pred(p: Pred) -> Pred:
-    """Signature: simplify_pred : Pred -> Pred (syntactic: literals, single-point exists)."""
+    """Signature: simplify_pred : Pred -> Pred (syntactic: literals, single-point exists).
+
+    Memoized per predicate: a derivative's guards share sub-predicates as a
+    DAG (the adjoint of a stencil applied K times), and the tree walk was
+    exponential in K."""
+    got = _SIMPLIFIED.get(p)
+    if got is None:
+        got = _SIMPLIFIED[p] = _simplify_pred(p)
+    return got
+
+
+def _simplify_pred(p: Pred) -> Pred:
     match p:
         case BoolLit() | Cmp() | Rel():
             if isinstance(p, Cmp):

@@ -63,6 +63,7 @@ from .ir import (
     TensorT,
     children,
     conj,
+    free_indices,
     input_vars,
     size_vars,
 )
@@ -202,7 +203,7 @@ def _check(expr: Expr) -> tuple:
     seen: set = set()
     stack = [(expr, (), ())]
     while stack:
-        e, binders, guards = stack.pop()
+        e, binders, guards = _relevant_context(*stack.pop())
         key = (e, binders, guards)
         if key in seen:
             continue
@@ -231,6 +232,38 @@ def _check(expr: Expr) -> tuple:
             elif isinstance(c, tuple):
                 stack.extend((x, binders, guards) for x in c if isinstance(x, Expr))
     return tuple(out)
+
+
+def _relevant_context(e: Expr, binders: tuple, guards: tuple):
+    """``(e, binders', guards')``: the binders and guards that can constrain
+    ``e``'s indices: those over its free index variables, closed under guards
+    linking them to other binders (a guard ``j <= i`` keeps ``i``'s range).
+    What is left out constrains only variables ``e`` never reads, so the
+    accesses in ``e`` are in range under the restricted context exactly when
+    they are under the full one (given the full one is satisfiable; if it is
+    not, ``e`` is never evaluated and the check is only stricter).  Without
+    this, a tensor read at several offsets (``u[i-1] + u[i] + u[i+1]``, ``u``
+    a gen built the same way K times) was checked once per path: 3^K."""
+    if not binders:
+        return e, binders, guards
+    free = free_indices(e)
+    if not guards:
+        if all(i in free for i, _ in binders):
+            return e, binders, guards
+        return e, tuple(b for b in binders if b[0] in free), guards
+    bound = {i for i, _ in binders}
+    gvars = [free_indices(g) & bound for g in guards]
+    need = set(free) & bound
+    keep = [not gv for gv in gvars]  # guards over sizes only stay
+    grew = True
+    while grew:
+        grew = False
+        for k, gv in enumerate(gvars):
+            if not keep[k] and gv & need:
+                keep[k], grew = True, True
+                need |= gv
+    return (e, tuple(b for b in binders if b[0] in need),
+            tuple(g for g, k in zip(guards, keep) if k))
 
 
 def _check_access(node: Access, arr: Expr, ix: Aff, binders: tuple, guards: tuple, facts: Pred):

@@ -39,7 +39,11 @@ def describe(node) -> str:
     # pass), so this module need not import the printer (which imports the
     # node classes, which raise these errors)
     try:
-        text = repr(node)
+        # a node formats with a bound (".200": the printer stops after 200
+        # characters, so a message about a huge or DAG-shared term is cheap)
+        # IR nodes: the ir package binds printer.formatted as their __format__
+        bounded = getattr(type(node).__format__, "__module__", None) == "tensorlang.printer"
+        text = format(node, ".200") if bounded else repr(node)
     except Exception:  # the printer must never hide the real error
         text = object.__repr__(node)
     return text if len(text) <= 200 else text[:197] + "..."

@@ -34,9 +34,15 @@ class _Names:
     """Display names: a map from bound symbols to strings, plus the names
     that can never be reused (inputs, sizes)."""
 
-    def __init__(self, names: dict, reserved: frozenset):
+    def __init__(self, names: dict, reserved: frozenset, limit: int | None = None, memo: dict | None = None):
         self.names = names
         self.reserved = reserved
+        # one print's memo, shared by the scopes it opens: a sub-term shared in
+        # the DAG is printed once per scope (the key holds the scope object);
+        # ``limit``: texts are kept to their first limit + 1 characters (a
+        # bounded print of a term whose tree is exponentially large)
+        self.limit = limit
+        self.memo = {} if memo is None else memo
 
     def of(self, s) -> str:
         got = self.names.get(s)
@@ -60,7 +66,7 @@ class _Names:
                 if x is not s:
                     taken.add(self.of(x))
         name = _variant(s.name, taken)
-        return _Names({**self.names, s: name}, self.reserved), name
+        return _Names({**self.names, s: name}, self.reserved, self.limit, self.memo), name
 
 
 def _free_syms(n) -> frozenset:
@@ -180,8 +186,13 @@ def pretty_type(t) -> str:
 
 
 @deep
-def pretty(e) -> str:
-    """Signature: pretty : Node -> str (the paper's notation), the term as it is."""
+def pretty(e, limit: int | None = None) -> str:
+    """Signature: pretty : Node -> str (the paper's notation), the term as it is.
+
+    ``limit``: only the text's first ``limit`` characters are needed (its
+    first ``limit + 1`` are returned, so a caller sees that it goes on); the
+    work is then linear in the distinct sub-terms however often they are
+    shared (``describe`` in error messages, ``f"{e:.200}"``)."""
     if isinstance(e, Pred):
         return pretty_pred(e)
     if isinstance(e, Aff):
@@ -192,7 +203,20 @@ def pretty(e) -> str:
         return pretty_sym(e)
     if not isinstance(e, Expr):
         raise TypeError(f"not a tensorlang node: {e!r}")
-    return _pretty(e, 0, _top_names(e))
+    env = _top_names(e)
+    env.limit = limit
+    return _pretty(e, 0, env)
+
+
+def formatted(e, spec: str) -> str:
+    """``format(node, spec)``: ``".N"`` prints at most N characters (the
+    last three "..." where the term goes on); any other spec formats the
+    whole text as a string."""
+    if spec.startswith(".") and spec[1:].isdigit() and int(spec[1:]) > 3:
+        n = int(spec[1:])
+        text = pretty(e, n) if isinstance(e, Expr) else pretty(e)
+        return text if len(text) <= n else text[: n - 3] + "..."
+    return format(pretty(e), spec)
 
 
 def _is_neg(e) -> bool:
@@ -205,7 +229,18 @@ def _const(v) -> str:
 
 # precedence: 0 let/gen/sum bodies, 1 '+', 2 '·' and '/', 3 postfix (access, ^)
 def _pretty(e, prec: int, env: _Names) -> str:
-    """Signature: _pretty : Expr x precedence x names -> str."""
+    """Signature: _pretty : Expr x precedence x names -> str (memoized per scope)."""
+    key = (e, prec, env)
+    got = env.memo.get(key)
+    if got is None:
+        got = _pretty_node(e, prec, env)
+        if env.limit is not None and len(got) > env.limit + 1:
+            got = got[: env.limit + 1]  # the first characters of a text are those of its parts' first ones
+        env.memo[key] = got
+    return got
+
+
+def _pretty_node(e, prec: int, env: _Names) -> str:
     match e:
         case Var():
             return env.of(e)

@@ -128,4 +128,5 @@ def _printed(fn):
 for _cls, _fn in ((Aff, _printer.pretty_aff), (Pred, _printer.pretty_pred), (Type, _printer.pretty_type),
                   (Expr, _printer.pretty)):
     _cls.__repr__ = _cls.__str__ = _printed(_fn)
+    _cls.__format__ = _printer.formatted  # f"{e:.200}": a bounded print
 del _cls, _fn
