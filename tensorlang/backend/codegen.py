@@ -63,7 +63,7 @@ from numba import prange
 from tensorlang.backend.scalars import kernel_function as _function
 from tensorlang.backend.hugepages import advise_huge as _huge
 
-_OPTS = dict(cache={cache}, nogil=True, error_model="numpy")
+_OPTS = dict(cache={cache}, nogil=True, error_model="numpy", no_cfunc_wrapper=True)
 F = np.{dtype}
 U = np.uint64  # indices proven in bounds are non-negative: no wraparound test
 '''
@@ -129,7 +129,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
     if has_parallel(ir):
         variants.append(("kernel_parallel", True))
     for name, par in variants:
-        opts = "**_OPTS, parallel=True" if par else "**_OPTS"
+        opts = "**_OPTS, parallel=True" if par else "**_OPTS, no_rewrites=True"  # why: kernel_options.py
         args = ir.args + [THREADS_ARG] if par else ir.args
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
