@@ -141,7 +141,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
     if has_parallel(ir):
         variants.append(("kernel_parallel", True))
     for name, par in variants:
-        opts = "**_OPTS, parallel=True" if par else "**_OPTS, no_rewrites=True"  # why: kernel_options.py
+        opts = "**_OPTS, parallel=True" if par else "**_OPTS, no_rewrites=True"  # see the module doc
         args = ir.args + [THREADS_ARG] if par else ir.args
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
