@@ -339,15 +339,24 @@ def _summary(rows) -> dict:
     out["share_median"], out["share_worst"] = _stat(shares)
     direct = [r["split"]["imports"] + r["split"]["work"] for r in rows if "work" in r.get("split", {})]
     out["direct_median"], out["direct_worst"] = _stat(direct)
+    # the cold time beyond Numba's floor of the same program (a load-stable part: a busy
+    # machine stretches the floor as much as the compile); the floor is a cached load,
+    # so a cold process also pays Numba's first compilation set-up on top of it
+    beyond = [r["cold"]["total"] - r["split"]["floor"] for r in rows if _ok(r["cold"]) and "floor" in r.get("split", {})]
+    out["cold_beyond_floor_median"], out["cold_beyond_floor_worst"] = _stat(beyond)
+    loads = [r["load"] for r in rows if r.get("load") is not None]
+    out["load_range"] = (min(loads), max(loads)) if loads else None
     imports = [r["split"]["imports"] for r in rows if "imports" in r.get("split", {})]
     out["imports_median"] = statistics.median(imports) if imports else None
     out["floor_median"] = statistics.median(floors) if floors else None
     out["text"] = (f"cold first gradient: median {_f(out['cold_median'])}, worst {_f(out['cold_worst'])} "
-                   f"(goals 1 s, 3 s); warm: median {_f(out['warm_median'])}, worst {_f(out['warm_worst'])}, "
+                   f"(goals 1 s, 3 s), beyond Numba's floor: median {_f(out['cold_beyond_floor_median'])}, "
+                   f"worst {_f(out['cold_beyond_floor_worst'])}; warm: median {_f(out['warm_median'])}, worst {_f(out['warm_worst'])}, "
                    f"of which Numba's floor (median) {_f(out['floor_median'])}; tensorlang's share: median "
                    f"{_f(out['share_median'])}, worst {_f(out['share_worst'])} (goal 0.1 s); measured directly "
                    f"(imports + work after the floor, one process): median {_f(out['direct_median'])}, worst "
                    f"{_f(out['direct_worst'])}, of which importing tensorlang's modules {_f(out['imports_median'])}"
+                   + (f"; load average {out['load_range'][0]}-{out['load_range'][1]}" if out["load_range"] else "")
                    + (f"; FAILED: {out['failed']}" if out["failed"] else ""))
     return out
 
@@ -382,7 +391,7 @@ def _fmt_chain(n_terms: int, r: dict) -> str:
 
 def markdown(res: dict) -> str:
     lines = ["| program | cold (s) | warm (s) | Numba floor (s) | share (s) | imports (s) | work (s) | "
-             "slowest cold stages |", "|---|---|---|---|---|---|---|---|"]
+             "load | slowest cold stages |", "|---|---|---|---|---|---|---|---|---|"]
     for r in res["workloads"]:
         c, w, sp = r["cold"], r["warm"], r.get("split", {})
         cs = f"{c['total']:.2f}" if _ok(c) else "failed"
@@ -391,7 +400,7 @@ def markdown(res: dict) -> str:
         im = f"{sp['imports']:.3f}" if "imports" in sp else "-"
         wk = f"{sp['work']:.3f}" if "work" in sp else "-"
         sh = share(r)
-        lines.append(f"| {r['workload']} | {cs} | {ws} | {fl} | {_f(sh, '')} | {im} | {wk} | "
+        lines.append(f"| {r['workload']} | {cs} | {ws} | {fl} | {_f(sh, '')} | {im} | {wk} | {r.get('load', '-')} | "
                      f"{_stages(c.get('stages', {}))} |")
     if res["chain"]:
         lines += ["", "| chain N | gradient build (s) |", "|---|---|"]

@@ -40,6 +40,15 @@ IEEE rules (``x / 0`` is ``inf``, ``0 ** -1`` is ``inf``; no exception).
 real input is float32): constants are ``F(<repr>)`` so float32 kernels stay
 in float32.  Compiled user functions are bound in the header by allocator
 names (``u0 = _function('name')``).
+
+Compile latency (issue #14 item 6): a cold first call pays for every Numba
+compilation the kernel triggers, so arrays and ``min``/``max`` are
+intrinsics (``intrinsics.py``: no compilation of their own), and the
+entries skip what they do not use: ``no_cfunc_wrapper`` (kernels are called
+from Python or other kernels, never as first-class function values) and,
+for ``kernel_serial``, ``no_rewrites`` (Numba's IR rewrites target array
+expressions, constant getitems on tuples, ``**``; the printed kernels use
+none of them: the LLVM it gets is the same).
 """
 
 from __future__ import annotations
@@ -62,8 +71,11 @@ import numba
 from numba import prange
 from tensorlang.backend.scalars import kernel_function as _function
 from tensorlang.backend.hugepages import advise_huge as _huge
+from tensorlang.backend.intrinsics import imax as _imax, imin as _imin
+from tensorlang.backend.intrinsics import new_empty as _new_empty, new_zeros as _new_zeros
+from tensorlang.backend.intrinsics import new_empty_huge as _new_empty_huge, new_zeros_huge as _new_zeros_huge
 
-_OPTS = dict(cache={cache}, nogil=True, error_model="numpy")
+_OPTS = dict(cache={cache}, nogil=True, error_model="numpy", no_cfunc_wrapper=True)
 F = np.{dtype}
 U = np.uint64  # indices proven in bounds are non-negative: no wraparound test
 '''
@@ -84,9 +96,9 @@ def _chunked(loop: Loop, accs, depth: int, lines: list) -> None:
     ind = "    " * depth
     v, st = loop.var, loop.step
     T, c, lo, cnt = f"{v}_T", f"{v}_c", f"{v}_lo", f"{v}_N"
-    lines.append(f"{ind}{T} = max(1, {THREADS_ARG})\n")
+    lines.append(f"{ind}{T} = _imax(1, {THREADS_ARG})\n")
     lines.append(f"{ind}{lo} = {expr(loop.lo)}\n")
-    lines.append(f"{ind}{cnt} = max(0, ({expr(loop.hi)} - {lo} + {st - 1}) // {st})\n")
+    lines.append(f"{ind}{cnt} = _imax(0, ({expr(loop.hi)} - {lo} + {st - 1}) // {st})\n")
     for a in accs:
         lines.append(f"{ind}{a}_p = np.zeros({T}, dtype=F)\n")
     lines.append(f"{ind}for {c} in prange({T}):\n")
@@ -129,7 +141,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
     if has_parallel(ir):
         variants.append(("kernel_parallel", True))
     for name, par in variants:
-        opts = "**_OPTS, parallel=True" if par else "**_OPTS"
+        opts = "**_OPTS, parallel=True" if par else "**_OPTS, no_rewrites=True"  # see the module doc
         args = ir.args + [THREADS_ARG] if par else ir.args
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
@@ -156,20 +168,24 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
             case Alloc(name=n, zero=z, pooled=True):
                 if z:
                     lines.append(f"{ind}{n}[...] = 0.0\n")
+            case Alloc(name=n, shape=sh, zero=z) if not par:
+                # one intrinsic, no separate Numba compilations (intrinsics.py); huge pages at top level
+                shape = ", ".join(f"_imax(0, {expr(x)})" for x in sh)
+                lines.append(f"{ind}{n} = _new_{'zeros' if z else 'empty'}{'_huge' if depth == 1 else ''}(({shape},), F)\n")
             case Alloc(name=n, shape=sh, zero=z) if depth == 1:
                 # a top-level array: huge pages before the first write (hugepages.py)
-                shape = ", ".join(f"max(0, {expr(x)})" for x in sh)
+                shape = ", ".join(f"_imax(0, {expr(x)})" for x in sh)
                 lines.append(f"{ind}{n} = np.empty(({shape},), dtype=F)\n")
                 lines.append(f"{ind}_huge({n})\n")
                 if z:
                     lines.append(f"{ind}{n}[...] = 0.0\n")
             case Alloc(name=n, shape=sh, zero=z):
-                shape = ", ".join(f"max(0, {expr(x)})" for x in sh)
+                shape = ", ".join(f"_imax(0, {expr(x)})" for x in sh)
                 fn = "np.zeros" if z else "np.empty"
                 lines.append(f"{ind}{n} = {fn}(({shape},), dtype=F)\n")
             case Loop(var=v, lo=lo, hi=hi, step=st, body=b, parallel=p) if p and par and st != 1:
                 # prange needs unit steps: count the strided points instead
-                lines.append(f"{ind}for {v}_t in prange(max(0, ({expr(hi)} - {expr(lo)} + {st - 1}) // {st})):\n")
+                lines.append(f"{ind}for {v}_t in prange(_imax(0, ({expr(hi)} - {expr(lo)} + {st - 1}) // {st})):\n")
                 lines.append(f"{ind}    {v} = {expr(lo)} + {v}_t * {st}\n")
                 _stmts(b, depth + 1, par, lines, {})
             case Loop(var=v, lo=lo, hi=hi, step=1, body=(AccAdd(target=t, value=val),), parallel=p) if (
@@ -223,7 +239,7 @@ def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list) -> None:
     the loop: a fixed order of additions (threads do not change it)."""
     lo_n, hi_n = f"{v}_l", f"{v}_h"
     lines.append(f"{ind}{lo_n} = {expr(lo)}\n")
-    lines.append(f"{ind}{hi_n} = {lo_n} + (max(0, {expr(hi)} - {lo_n}) // {LANES}) * {LANES}\n")
+    lines.append(f"{ind}{hi_n} = {lo_n} + (_imax(0, {expr(hi)} - {lo_n}) // {LANES}) * {LANES}\n")
     for k in range(1, LANES):
         lines.append(f"{ind}{acc}_a{k} = F(0.0)\n")
     lines.append(f"{ind}for {v} in range({lo_n}, {hi_n}, {LANES}):\n")
@@ -269,8 +285,8 @@ def expr(e: K.KExpr) -> str:
             return f"({expr(a)} {op} {expr(b)})"
         case K.MinMax(fn=f, args=args):
             out = expr(args[0])
-            for a in args[1:]:
-                out = f"{f}({out}, {expr(a)})"
+            for a in args[1:]:  # integers: intrinsics, not the built-ins (intrinsics.py)
+                out = f"_i{f}({out}, {expr(a)})"
             return out
         case K.Select(test=t, then=a, orelse=b):
             return f"({expr(a)} if {expr(t)} else {expr(b)})"

@@ -6,6 +6,9 @@
   otherwise (a closure, a default value, a global that may change) it is
   compiled in every process.  An edited function gives a new kernel (a new
   key), never the old machine code: checked in fresh processes.
+* A fresh process compiles exactly that entry, nothing beside it: arrays and
+  min/max are intrinsics (backend/intrinsics.py), checked against NumPy and
+  Numba's built-ins.
 * The first call compiles only the entry it runs: ``kernel_serial`` for a
   one-thread call, never the ``parallel=True`` variant beside it (counted
   from Numba's own record of compiled signatures).
@@ -184,3 +187,90 @@ def test_a_loop_programs_parts_come_from_the_derived_cache(tmp_path, monkeypatch
         np.testing.assert_allclose(g2[0][k], fd, rtol=1e-6)
     fd = (tl.evaluate(loss, **dict(kw, a=kw["a"] + eps)) - tl.evaluate(loss, **dict(kw, a=kw["a"] - eps))) / (2 * eps)
     np.testing.assert_allclose(g2[1], fd, rtol=1e-6)
+
+
+_SCRIPT_NESTED = """
+import numpy as np
+from numba.core import event as ev
+import tensorlang as tl
+
+compiled = []
+
+
+class Listener(ev.Listener):
+    def on_start(self, e):
+        compiled.append(e.data["dispatcher"].py_func.__name__)
+
+    def on_end(self, e):
+        pass
+
+
+ev.register("numba:compile", Listener())
+n, m = tl.sizes("n m")
+A = tl.tensor("A", n, m)
+x = tl.tensor("x", m)
+# a 2-D and a 1-D output, a column reduction (partial sums in a zeroed array),
+# a shifted access (loop bounds with min/max)
+prog = (tl.gen([n, m], lambda i, j: A[i, j] * x[j]),
+        tl.gen(m, lambda j: tl.sum(n, lambda i: A[i, j])),
+        tl.gen(m, lambda j: tl.iverson(j >= 1, x[j - 1])))
+k = tl.compile(tl.pair(prog[0], tl.pair(prog[1], prog[2])), threads=1)
+Av, xv = np.arange(12.0).reshape(3, 4), np.arange(4.0) + 1
+a, (b, c) = k(A=Av, x=xv)
+ok = (np.array_equal(a, Av * xv) and np.array_equal(b, Av.sum(axis=0))
+      and np.array_equal(c, np.concatenate([[0.0], xv[:-1]])))
+print(ok, ",".join(compiled))
+"""
+
+
+def test_a_first_call_runs_one_numba_compilation(tmp_path):
+    """A fresh process with an empty cache compiles exactly the kernel entry it
+    runs: arrays, zeroed partial sums and min/max bounds are intrinsics
+    (backend/intrinsics.py), not ``np.empty`` / ``np.zeros`` /
+    ``advise_huge`` / ``max`` / ``min``, each of which would be a Numba
+    compilation of its own (0.03-0.2 s each on a cold first call)."""
+    script = tmp_path / "nested.py"
+    script.write_text(_SCRIPT_NESTED)
+    env = dict(os.environ, TENSORLANG_CACHE_DIR=str(tmp_path / "cache"), NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ok, names = out.stdout.strip().splitlines()[-1].split()
+    assert ok == "True"
+    assert names.split(",") == ["kernel_serial"]
+
+
+def test_kernel_intrinsics_match_numpy_and_the_builtins():
+    import numba
+
+    from tensorlang.backend.intrinsics import imax, imin, new_empty, new_empty_huge, new_zeros, new_zeros_huge
+
+    @numba.njit(no_cfunc_wrapper=True)
+    def arrays(n, m):
+        a = new_zeros((n, m), np.float64)
+        b = new_zeros_huge((n * m,), np.float32)  # at least HUGE_MIN_BYTES when n * m >= 2**20
+        c = new_empty((n,), np.float64)
+        d = new_empty_huge((m, n), np.float64)
+        c[:] = 1.0
+        d[:, :] = 2.0
+        return a, b, c, d
+
+    for n, m in ((0, 3), (3, 5), (1024, 1100)):
+        a, b, c, d = arrays(n, m)
+        assert (a.shape, a.dtype, b.shape, b.dtype, c.shape, d.shape) == ((n, m), np.float64, (n * m,), np.float32,
+                                                                           (n,), (m, n))
+        assert all(v.flags.c_contiguous and v.flags.writeable for v in (a, b, c, d))
+        assert not a.any() and not b.any() and (c == 1.0).all() and (d == 2.0).all()
+
+    @numba.njit
+    def ours(a, b):
+        return imax(a, b), imin(a, b)
+
+    @numba.njit
+    def builtin(a, b):
+        return max(a, b), min(a, b)
+
+    cases = [(3, 7), (7, 3), (-2, -2), (0, -5), (1.5, np.nan), (np.nan, 1.5), (-0.0, 0.0), (0.0, -0.0), (2, 2.5)]
+    for a, b in cases:
+        got, want = ours(a, b), builtin(a, b)
+        assert [type(v) for v in got] == [type(v) for v in want]
+        assert [repr(v) for v in got] == [repr(v) for v in want], (a, b)

@@ -1,0 +1,167 @@
+"""Numba intrinsics for generated kernels (issue #14 item 6: compile latency; paper Section 4.3).
+
+Each function here is typed and lowered by hand (``type_callable``,
+``lower_builtin``: straight into the kernel's LLVM, no compilation of its
+own), and is a plain Python function too (the kernels' plain-Python runs,
+``api.python_kernel``); an overloaded function (``np.empty``, ``np.zeros``, the built-in
+``max`` and ``min``) or a helper ``njit`` function (``advise_huge``) is a
+separate Numba compilation (typing, lowering, LLVM) the first time a process
+uses it at a type.  Measured on a cold first gradient: ``np.empty``'s
+implementation 0.08-0.2 s, ``np.zeros`` 0.15 s, ``advise_huge`` 0.07-0.2 s
+per rank, ``Array._allocate`` 0.03-0.1 s, ``max``/``min`` 0.03-0.2 s each
+(2-core machine, load 3-5): most of the compile of a small kernel.
+
+* ``imax(a, b)`` / ``imin(a, b)``: the built-in ``max`` / ``min`` of two numbers
+  (the kernel IR's ``MinMax``), with the built-ins' own typing and code.
+* ``new_empty``, ``new_zeros``, ``new_empty_huge``, ``new_zeros_huge``
+  ``(shape, F)``: a serial kernel's arrays, instead of ``np.empty`` /
+  ``np.zeros`` (and, at top level, ``hugepages.advise_huge``).  The machine code is the same allocation as ``np.empty``'s (Numba's
+``_empty_nd_impl`` with its default allocator, NRT's
+``meminfo_alloc_aligned``: C layout, the preferred alignment, the size
+overflow check), then, for the ``_huge`` ones, the ``madvise(MADV_HUGEPAGE)`` advice of
+``hugepages.py`` on the page-aligned part of a buffer of at least
+``HUGE_MIN_BYTES``, then, for the ``zeros`` ones, a ``memset`` to 0 (all-zero bits are
+``0.0``, as ``np.zeros`` and ``a[...] = 0.0`` give).
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.imputils import impl_ret_new_ref
+from numba.cpython.builtins import do_minmax
+from numba.extending import lower_builtin, type_callable
+from numba.np.arrayobj import get_itemsize, make_array, populate_array
+
+from .hugepages import HUGE_MIN_BYTES, MADV_HUGEPAGE, PAGE
+
+_LINUX = sys.platform.startswith("linux")
+
+
+def imax(a, b):
+    """``max(a, b)``."""
+    return max(a, b)
+
+
+def imin(a, b):
+    """``min(a, b)``."""
+    return min(a, b)
+
+
+def _minmax_typer(context):
+    def typer(a, b):  # the built-ins' typing (numba.cpython.builtins.max_vararg)
+        if isinstance(a, (types.Number, types.Boolean)) and isinstance(b, (types.Number, types.Boolean)):
+            return context.unify_types(a, b)
+        return None
+    return typer
+
+
+def _minmax_lower(op):
+    def lower(context, builder, sig, args):  # the built-ins' code: Python's rule, NaN included
+        return do_minmax(context, builder, list(sig.args), list(args), op)
+    return lower
+
+
+for _fn, _op in ((imax, operator.gt), (imin, operator.lt)):
+    type_callable(_fn)(_minmax_typer)
+    lower_builtin(_fn, types.Any, types.Any)(_minmax_lower(_op))
+
+
+def _python_array(zero: bool):
+    def make(shape, dtype):
+        return np.zeros(shape, dtype=dtype) if zero else np.empty(shape, dtype=dtype)
+    return make
+
+
+new_empty, new_zeros = _python_array(False), _python_array(True)
+new_empty_huge, new_zeros_huge = _python_array(False), _python_array(True)  # NumPy advises huge pages itself
+for _fn, _name in ((new_empty, "new_empty"), (new_zeros, "new_zeros"), (new_empty_huge, "new_empty_huge"),
+                   (new_zeros_huge, "new_zeros_huge")):
+    _fn.__name__ = _fn.__qualname__ = _name
+
+
+def _array_typer(context):
+    def typer(shape, dtype):
+        if (isinstance(shape, types.UniTuple) and isinstance(shape.dtype, types.Integer)
+                and isinstance(dtype, types.NumberClass)):
+            return types.Array(dtype.instance_type, shape.count, "C")
+        return None
+    return typer
+
+
+def _array_lower(zero: bool, huge: bool):
+    def lower(context, builder, sig, args):
+        shape_t = sig.args[0]
+        shapes = [context.cast(builder, v, shape_t.dtype, types.intp)
+                  for v in cgutils.unpack_tuple(builder, args[0], count=shape_t.count)]
+        ary, nbytes = _empty(context, builder, sig.return_type, shapes)
+        if huge and _LINUX:
+            _advise(builder, ary.data, nbytes)
+        if zero:
+            cgutils.memset(builder, ary.data, nbytes, 0)
+        return impl_ret_new_ref(context, builder, sig.return_type, ary._getvalue())
+    return lower
+
+
+for _fn, _z, _h in ((new_empty, False, False), (new_zeros, True, False), (new_empty_huge, False, True),
+                    (new_zeros_huge, True, True)):
+    type_callable(_fn)(_array_typer)
+    lower_builtin(_fn, types.UniTuple, types.NumberClass)(_array_lower(_z, _h))
+
+
+def _empty(context, builder, arrtype, shapes):
+    """Numba's ``_empty_nd_impl`` for a C-layout array, calling NRT's aligned
+    allocator directly instead of through ``Array._allocate`` (an overload that
+    is one more Numba compilation per process): ``(array, nbytes)``."""
+    intp = context.get_value_type(types.intp)
+    itemsize = context.get_constant(types.intp, get_itemsize(context, arrtype))
+    n = context.get_constant(types.intp, 1)
+    overflow = ir.Constant(ir.IntType(1), 0)
+    for s in shapes:
+        m = builder.smul_with_overflow(n, s)
+        n = builder.extract_value(m, 0)
+        overflow = builder.or_(overflow, builder.extract_value(m, 1))
+    strides = [itemsize]
+    for s in reversed(shapes[1:]):
+        strides.append(builder.mul(strides[-1], s))
+    m = builder.smul_with_overflow(n, itemsize)
+    nbytes = builder.extract_value(m, 0)
+    overflow = builder.or_(overflow, builder.extract_value(m, 1))
+    with builder.if_then(overflow, likely=False):  # as np.empty (sizes here are at most MAX_SIZE per axis)
+        context.call_conv.return_user_exc(
+            builder, ValueError,
+            ("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible size.",))
+    align = context.get_constant(types.uint32, context.get_preferred_array_alignment(arrtype.dtype))
+    meminfo = context.nrt.meminfo_alloc_aligned(builder, nbytes, align)
+    ary = make_array(arrtype)(context, builder)
+    populate_array(ary, data=builder.bitcast(context.nrt.meminfo_data(builder, meminfo),
+                                             context.get_data_type(arrtype.dtype).as_pointer()),
+                   shape=cgutils.pack_array(builder, shapes, ty=intp),
+                   strides=cgutils.pack_array(builder, list(reversed(strides)), ty=intp),
+                   itemsize=itemsize, meminfo=meminfo)
+    return ary, nbytes
+
+
+def _advise(builder, data, nbytes) -> None:
+    """``madvise(lo, hi - lo, MADV_HUGEPAGE)`` over the whole pages of the buffer
+    when it has at least ``HUGE_MIN_BYTES`` (``hugepages.advise_huge``, inline;
+    by symbol name, so the code stays cacheable).  Advice only: a refusal leaves
+    small pages and changes no value."""
+    i64 = ir.IntType(64)
+    big = builder.icmp_signed(">=", nbytes, ir.Constant(i64, HUGE_MIN_BYTES))
+    with builder.if_then(big, likely=False):
+        p = builder.ptrtoint(data, i64)
+        lo = builder.and_(builder.add(p, ir.Constant(i64, PAGE - 1)), ir.Constant(i64, ~(PAGE - 1)))
+        hi = builder.and_(builder.add(p, nbytes), ir.Constant(i64, ~(PAGE - 1)))
+        with builder.if_then(builder.icmp_unsigned(">", hi, lo)):
+            fnty = ir.FunctionType(ir.IntType(32), [i64, i64, ir.IntType(32)])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "madvise")
+            builder.call(fn, [lo, builder.sub(hi, lo), ir.Constant(ir.IntType(32), MADV_HUGEPAGE)])
+
+
+__all__ = ["imax", "imin", "new_empty", "new_zeros", "new_empty_huge", "new_zeros_huge"]
