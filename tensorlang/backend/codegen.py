@@ -62,6 +62,7 @@ import numba
 from numba import prange
 from tensorlang.backend.scalars import kernel_function as _function
 from tensorlang.backend.hugepages import advise_huge as _huge
+from tensorlang.backend.vmath import tanh as _tanh
 
 _OPTS = dict(cache={cache}, nogil=True, error_model="numpy")
 F = np.{dtype}
