@@ -51,6 +51,7 @@ from . import kir as K
 from .blas import Gemm, View
 from .colsum import column_sums
 from .contract import _map_stmts
+from .fission import split_calls
 from .hfuse import fuse_nests
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 from .scalars import code_fixed
@@ -135,8 +136,9 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
         # serial: independent nests over one domain fused (hfuse.py), reductions
-        # with column partial sums (colsum.py: SIMD inner loops)
-        run = replace(ir, body=split_scatters(ir)) if par else column_sums(fuse_nests(ir))
+        # with column partial sums (colsum.py: SIMD inner loops), vectorizable
+        # calls split out of reduction loops (fission.py)
+        run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(ir)))
         _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         res = [f"{r}.copy()" if r in ir.copies else r for r in ir.results]
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")
