@@ -201,9 +201,22 @@ def load(method: str):
     return (lambda w, d, s: mod.build(w, d)), versions
 
 
+def pin_cores() -> None:
+    """Confine this process to BENCH_THREADS cores before any framework starts its
+    threads.  The thread variables are not enough for JAX: with them set, XLA's CPU
+    runtime still ran the MLP gradient's independent products on two pool threads
+    at once (55 and 54 ticks of CPU on two threads in one timed loop, session 7),
+    so its "single-thread" rows used both cores."""
+    want = int(os.environ.get("BENCH_THREADS", "0") or 0)
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if 0 < want < len(cores):
+        os.sched_setaffinity(0, cores[:want])
+
+
 def main():
     cfg = json.loads(sys.stdin.read())
     method = cfg["method"]
+    pin_cores()
     try:
         builder, versions = load(method)
     except NotAvailable as exc:

@@ -60,6 +60,7 @@ from . import kir as K
 from .blas import Gemm, View
 from .colsum import column_sums
 from .contract import _map_stmts
+from .fission import split_calls
 from .hfuse import fuse_nests
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 from .scalars import code_fixed
@@ -74,6 +75,7 @@ from tensorlang.backend.hugepages import advise_huge as _huge
 from tensorlang.backend.intrinsics import imax as _imax, imin as _imin
 from tensorlang.backend.intrinsics import new_empty as _new_empty, new_zeros as _new_zeros
 from tensorlang.backend.intrinsics import new_empty_huge as _new_empty_huge, new_zeros_huge as _new_zeros_huge
+from tensorlang.backend.vmath import tanh as _tanh
 
 _OPTS = dict(cache={cache}, nogil=True, error_model="numpy", no_cfunc_wrapper=True)
 F = np.{dtype}
@@ -146,8 +148,9 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
         # serial: independent nests over one domain fused (hfuse.py), reductions
-        # with column partial sums (colsum.py: SIMD inner loops)
-        run = replace(ir, body=split_scatters(ir)) if par else column_sums(fuse_nests(ir))
+        # with column partial sums (colsum.py: SIMD inner loops), vectorizable
+        # calls split out of reduction loops (fission.py)
+        run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(ir)))
         _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         res = [f"{r}.copy()" if r in ir.copies else r for r in ir.results]
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")
