@@ -50,6 +50,7 @@ from dataclasses import fields, replace
 from . import kir as K
 from .blas import Gemm, View
 from .colsum import column_sums
+from .offsets import hoist_offsets
 from .contract import _map_stmts
 from .hfuse import fuse_nests
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
@@ -136,6 +137,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         # serial: independent nests over one domain fused (hfuse.py), reductions
         # with column partial sums (colsum.py: SIMD inner loops)
         run = replace(ir, body=split_scatters(ir)) if par else column_sums(fuse_nests(ir))
+        run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
         _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         res = [f"{r}.copy()" if r in ir.copies else r for r in ir.results]
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")

@@ -58,6 +58,7 @@ from ..ir import (
     shape_of,
     size_vars,
     sums,
+    walk,
 )
 from . import kir as K
 from .astgen import to_loops
@@ -68,6 +69,7 @@ from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
 from .separate import separation
+from .interchange import block_order
 from .contract import fuse_and_contract
 from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
@@ -218,11 +220,17 @@ class Lowerer(RelationLowering, PredicateLowering):
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
 
-    def block(self, binds, p, scope: Scope, emit, kind: str, expr=None):
+    def block(self, binds, p, scope: Scope, emit, kind: str, expr=None, order=None):
         """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box).
         ``expr``: the scalar expression ``emit`` lowers (its brackets' atoms
-        may separate an interior)."""
+        may separate an interior); ``order``: None (``binds``' order) or
+        ``(perm, tile)`` (interchange.py, domains.schedule_dims)."""
         names = [self.names.new("index") for _ in binds]
+        if order is None and self.mode == "sparse" and kind in ("gen", "sum"):
+            order = block_order(binds, expr, kind == "gen")  # stride-1 loop innermost (interchange.py)
+        sched = [names[k] for k in order[0]] if order is not None else list(names)
+        if order is not None and order[1]:
+            sched.insert(0, self.names.new("index"))  # the tile's loop
         syms = {i: nm for (i, _), nm in zip(binds, names)}
         sc = scope.child(syms)
         box = box_cons(names, [n for _, n in binds], sc)
@@ -244,30 +252,43 @@ class Lowerer(RelationLowering, PredicateLowering):
                 pvar = self.names.new("index")
                 self.drivers.append((driver, self._drivable(driver, names, syms)[0], pvar, names))
         inner = sc.child(params=names, cons=box + dom)
-        body_scope = inner.child(cons=[inner.pred(t) for t in tests])
-        # boundary pieces apart from the interior, whose copy is branch-free (separate.py)
-        plain = self.mode == "sparse" and driver is None and not tests
-        node, inside = separation(scope, inner, names, box + dom, expr) if plain else (None, None)
+        test_preds = [inner.pred(t) for t in tests]
+
+        def guarded(sc_test):
+            # the body under a relation test (read from its dense table); the
+            # test is simplified against what ``sc_test`` knows (an interior
+            # piece often decides its affine part)
+            if not tests:
+                return emit(sc_test, names)
+            tst, tcode = self.pred_code(conj(*tests), sc_test)
+            if tcode == K.Bool(False):
+                return []
+            if tcode != K.Bool(True) and kind in ("gen", "sum") and expr is not None:
+                # a gen's element or a sum's term selected, no branch (unguarded)
+                got = self.unguarded(lambda: (emit(sc_test, names), None), expr)
+                if got is not None and _selectable(got[0], kind):
+                    return tst + _select(got[0], tcode)
+            b = emit(sc_test.child(cons=test_preds), names)
+            return b if tcode == K.Bool(True) else tst + [If(tcode, tuple(b))]
+
+        # boundary pieces apart from the interior, whose copy is branch-free
+        # but for relation tests, which hold on data (separate.py)
+        plain = self.mode == "sparse" and driver is None
+        node, inside = separation(scope, inner, names, box + dom, expr, order) if plain else (None, None)
         try:
             if node is not None:
-                body = {"S0": emit(inner.child(cons=inside), names), "S1": emit(body_scope, names)}
+                body = {"S0": guarded(inner.child(cons=inside)), "S1": guarded(inner)}
             else:
-                body = emit(body_scope, names)
+                body = guarded(inner)
         finally:
             if pvar is not None:
                 self.drivers.pop()
         if node is not None:
-            stmts = to_loops(node, names, body, kind)
-            full = not dom or covers(scope, names, box, dom)
-        elif tests:
-            tst, tcode = self.pred_code(conj(*tests), inner)
-            if tcode != K.Bool(True):
-                body = tst + [If(tcode, tuple(body))] if tcode != K.Bool(False) else []
-        if node is not None:
-            pass
+            stmts = to_loops(node, names, body, kind, sched)
+            full = not tests and (not dom or covers(scope, names, box, dom))
         elif driver is None:
-            stmts = to_loops(ast_for(scope, names, box + dom), names, body, kind)
-            full = not tests and not dom or (not tests and covers(scope, names, box, dom))
+            stmts = to_loops(ast_for(scope, names, box + dom, order), names, body, kind, sched)
+            full = not tests and (not dom or covers(scope, names, box, dom))
         else:
             stmts = self._driven(driver, names, syms, scope, box + dom, body, kind, pvar)
             full = False
@@ -339,6 +360,10 @@ class Lowerer(RelationLowering, PredicateLowering):
                 ps, pc = self.pred_code(p, sc)
                 if pc == K.Bool(False):
                     return ps, K.Float(0.0)
+                if has_rel(p) and self.mode == "sparse":
+                    got = self.unguarded(lambda: self.scalar(b, sc), b)
+                    if got is not None:  # a data mask: a select, no branch (see unguarded)
+                        return ps + got[0], K.Select(pc, got[1], K.Float(0.0))
                 bs, bc = self.scalar(b, sc.child(cons=[sc.pred(p)]))
                 if pc == K.Bool(True):
                     return ps + bs, bc
@@ -362,6 +387,32 @@ class Lowerer(RelationLowering, PredicateLowering):
                 return s0 + [Assign(name, c0)] + s1, c1
             case _:
                 raise UnsupportedError(f"the backend cannot lower {describe(e)}")
+
+    def unguarded(self, lower, e):
+        """``lower()`` (statements, value) when ``e``, guarded by a relation
+        test (a data mask such as the image's ``[M(i, j)]``), may be computed
+        at every point instead: its accesses are proven in bounds at every
+        size without the test's facts (no call-time check, no positive-size
+        assumption), and it lowers to straight-line assignments.
+        The caller then selects it or 0 (the bracket's value where the test
+        fails, even if the unused value is inf or nan) and the loop has no
+        branch: LLVM vectorises it.  Else None, with nothing recorded."""
+        if any(isinstance(n, (Rel, SparseVar, Sum, Let)) for n in walk(e)):
+            return None
+        facts = self.scope0.facts
+        saved = (dict(self.cse), facts["needs_positive"], list(facts["checks"]))
+        try:
+            st, code = lower()
+        except TensorLangError:
+            st = None
+        # an access proven only at some sizes (a call-time check) or only for
+        # positive sizes is not safe at every point: keep the branch
+        if st is None or not all(isinstance(x, (Assign, Store, AccAdd)) for x in st) \
+                or facts["needs_positive"] != saved[1] or len(facts["checks"]) != len(saved[2]):
+            self.cse = saved[0]
+            facts["needs_positive"], facts["checks"] = saved[1], saved[2]
+            return None
+        return st, code
 
     def call(self, f: str, args, sc: Scope):
         st, codes = [], []
@@ -440,6 +491,20 @@ def _elem(t):
     while isinstance(t, TensorT):
         t = t.elem
     return t
+
+
+def _selectable(stmts, kind) -> bool:
+    """Straight-line code ending in the block's one write: a gen's Store
+    (each element written once, zero where the test fails) or a sum's
+    accumulation."""
+    last = stmts[-1] if stmts else None
+    want = Store if kind == "gen" else AccAdd
+    return isinstance(last, want) and all(isinstance(x, Assign) for x in stmts[:-1])
+
+
+def _select(stmts, test) -> list:
+    last = stmts[-1]
+    return list(stmts[:-1]) + [replace(last, value=K.Select(test, last.value, K.Float(0.0)))]
 
 
 def _mark_parallel(stmts) -> list:
