@@ -58,7 +58,6 @@ from ..ir import (
     shape_of,
     size_vars,
     sums,
-    walk,
 )
 from . import kir as K
 from .astgen import to_loops
@@ -70,6 +69,7 @@ from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
 from .separate import separation
 from .interchange import block_order
+from .masks import select, selectable, unguarded
 from .contract import fuse_and_contract
 from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
@@ -265,9 +265,9 @@ class Lowerer(RelationLowering, PredicateLowering):
                 return []
             if tcode != K.Bool(True) and kind in ("gen", "sum") and expr is not None:
                 # a gen's element or a sum's term selected, no branch (unguarded)
-                got = self.unguarded(lambda: (emit(sc_test, names), None), expr)
-                if got is not None and _selectable(got[0], kind):
-                    return tst + _select(got[0], tcode)
+                got = unguarded(self, lambda: (emit(sc_test, names), None), expr)
+                if got is not None and selectable(got[0], kind):
+                    return tst + select(got[0], tcode)
             b = emit(sc_test.child(cons=test_preds), names)
             return b if tcode == K.Bool(True) else tst + [If(tcode, tuple(b))]
 
@@ -361,7 +361,7 @@ class Lowerer(RelationLowering, PredicateLowering):
                 if pc == K.Bool(False):
                     return ps, K.Float(0.0)
                 if has_rel(p) and self.mode == "sparse":
-                    got = self.unguarded(lambda: self.scalar(b, sc), b)
+                    got = unguarded(self, lambda: self.scalar(b, sc), b)
                     if got is not None:  # a data mask: a select, no branch (see unguarded)
                         return ps + got[0], K.Select(pc, got[1], K.Float(0.0))
                 bs, bc = self.scalar(b, sc.child(cons=[sc.pred(p)]))
@@ -387,32 +387,6 @@ class Lowerer(RelationLowering, PredicateLowering):
                 return s0 + [Assign(name, c0)] + s1, c1
             case _:
                 raise UnsupportedError(f"the backend cannot lower {describe(e)}")
-
-    def unguarded(self, lower, e):
-        """``lower()`` (statements, value) when ``e``, guarded by a relation
-        test (a data mask such as the image's ``[M(i, j)]``), may be computed
-        at every point instead: its accesses are proven in bounds at every
-        size without the test's facts (no call-time check, no positive-size
-        assumption), and it lowers to straight-line assignments.
-        The caller then selects it or 0 (the bracket's value where the test
-        fails, even if the unused value is inf or nan) and the loop has no
-        branch: LLVM vectorises it.  Else None, with nothing recorded."""
-        if any(isinstance(n, (Rel, SparseVar, Sum, Let)) for n in walk(e)):
-            return None
-        facts = self.scope0.facts
-        saved = (dict(self.cse), facts["needs_positive"], list(facts["checks"]))
-        try:
-            st, code = lower()
-        except TensorLangError:
-            st = None
-        # an access proven only at some sizes (a call-time check) or only for
-        # positive sizes is not safe at every point: keep the branch
-        if st is None or not all(isinstance(x, (Assign, Store, AccAdd)) for x in st) \
-                or facts["needs_positive"] != saved[1] or len(facts["checks"]) != len(saved[2]):
-            self.cse = saved[0]
-            facts["needs_positive"], facts["checks"] = saved[1], saved[2]
-            return None
-        return st, code
 
     def call(self, f: str, args, sc: Scope):
         st, codes = [], []
@@ -491,20 +465,6 @@ def _elem(t):
     while isinstance(t, TensorT):
         t = t.elem
     return t
-
-
-def _selectable(stmts, kind) -> bool:
-    """Straight-line code ending in the block's one write: a gen's Store
-    (each element written once, zero where the test fails) or a sum's
-    accumulation."""
-    last = stmts[-1] if stmts else None
-    want = Store if kind == "gen" else AccAdd
-    return isinstance(last, want) and all(isinstance(x, Assign) for x in stmts[:-1])
-
-
-def _select(stmts, test) -> list:
-    last = stmts[-1]
-    return list(stmts[:-1]) + [replace(last, value=K.Select(test, last.value, K.Float(0.0)))]
 
 
 def _mark_parallel(stmts) -> list:

@@ -10,7 +10,10 @@ the scope extended by these constraints, where isl decides every such atom
 (the interior copy is branch-free), and in the plain scope, and isl
 generates one loop nest over the two disjoint pieces ``D ∧ I`` and
 ``D ∧ ¬I`` (``to_loops`` with a body per statement), in the original
-lexicographic order of points.
+lexicographic order of points.  A block whose relation conjuncts are tested
+per point (the image's mask ``M``) is separated too: the test stays in both
+pieces, simplified against each (lower.py; where the masked value is safe to
+compute everywhere it becomes a select, so the interior has no branch).
 """
 
 from __future__ import annotations
