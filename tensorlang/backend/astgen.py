@@ -60,14 +60,17 @@ def expr_of(e, rename: dict) -> K.KExpr:
     raise UnsupportedError(f"unexpected isl AST operation {e.to_C_str()}")
 
 
-def to_loops(node, dims: list, body: list, kind: str) -> list:
+def to_loops(node, dims: list, body: list, kind: str, sched: list = None) -> list:
     """Signature: to_loops : isl.AstNode -> [stmt].
 
-    ``dims`` are the kernel names of the schedule dimensions; ``body`` the
+    ``dims`` are the kernel names of the statement's dimensions; ``sched``
+    those of the schedule dimensions (``dims`` when the schedule is the
+    identity; interchanged or tiled schedules, domains.schedule_dims, name
+    them apart); ``body`` the
     statements of the user statement (shared by every copy isl makes), or a
     dict of them by isl statement name (separate.py's interior and boundary).
     """
-    rename = {f"c{k}": d for k, d in enumerate(dims)}
+    rename = {f"c{k}": d for k, d in enumerate(sched if sched is not None else dims)}
     body = {k: tuple(v) for k, v in body.items()} if isinstance(body, dict) else tuple(body)
     return _node(node, rename, dims, body, kind)
 

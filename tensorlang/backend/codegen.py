@@ -59,6 +59,7 @@ from dataclasses import fields, replace
 from . import kir as K
 from .blas import Gemm, View
 from .colsum import column_sums
+from .offsets import hoist_offsets
 from .contract import _map_stmts
 from .fission import split_calls
 from .hfuse import fuse_nests
@@ -151,6 +152,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         # with column partial sums (colsum.py: SIMD inner loops), vectorizable
         # calls split out of reduction loops (fission.py)
         run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(ir)))
+        run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
         _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         res = [f"{r}.copy()" if r in ir.copies else r for r in ir.results]
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")

@@ -175,10 +175,25 @@ def injective(scope: Scope, dims: list, cons: list, targets: list) -> bool:
     return isl.Map(text).is_injective()
 
 
-def ast_for(scope: Scope, dims: list, cons: list):
-    """isl AST of the identity schedule over ``{S[dims] : cons}`` in ``scope``."""
+def schedule_dims(dims: list, order=None) -> list:
+    """The schedule's dimensions (isl texts), outermost first: ``dims`` as
+    they are, or ``order = (perm, tile)``: the dimensions in the order
+    ``perm`` (positions in ``dims``) and, when ``tile`` is an int, the
+    innermost one strip-mined by it (a first dimension ``floor(d/tile)``),
+    so that what it writes stays in cache while the loops around it run
+    (interchange.py)."""
+    if order is None:
+        return list(dims)
+    perm, tile = order
+    out = [dims[k] for k in perm]
+    return ([f"floor({out[-1]}/{tile})"] if tile else []) + out
+
+
+def ast_for(scope: Scope, dims: list, cons: list, order=None):
+    """isl AST of the schedule ``schedule_dims(dims, order)`` (the identity by
+    default) over ``{S[dims] : cons}`` in ``scope``."""
     dom = isl.Set(block_set(scope, dims, scope.cons + cons))
-    sched = isl.Map(f"{scope.header()} -> {{ S[{', '.join(dims)}] -> [{', '.join(dims)}] }}").intersect_domain(dom)
+    sched = isl.Map(f"{scope.header()} -> {{ S[{', '.join(dims)}] -> [{', '.join(schedule_dims(dims, order))}] }}").intersect_domain(dom)
     build = isl.AstBuild.from_context(isl.Set(scope.context_text()))
     return build.node_from_schedule_map(isl.UnionMap.from_map(sched))
 

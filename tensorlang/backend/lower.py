@@ -68,6 +68,8 @@ from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store
 from .scalars import builtin, check_compiles, power_exponent
 from .temps import bound_depth
 from .separate import separation
+from .interchange import block_order
+from .masks import select, selectable, unguarded
 from .contract import fuse_and_contract
 from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
@@ -218,11 +220,17 @@ class Lowerer(RelationLowering, PredicateLowering):
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
 
-    def block(self, binds, p, scope: Scope, emit, kind: str, expr=None):
+    def block(self, binds, p, scope: Scope, emit, kind: str, expr=None, order=None):
         """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box).
         ``expr``: the scalar expression ``emit`` lowers (its brackets' atoms
-        may separate an interior)."""
+        may separate an interior); ``order``: None (``binds``' order) or
+        ``(perm, tile)`` (interchange.py, domains.schedule_dims)."""
         names = [self.names.new("index") for _ in binds]
+        if order is None and self.mode == "sparse" and kind in ("gen", "sum"):
+            order = block_order(binds, expr, kind == "gen")  # stride-1 loop innermost (interchange.py)
+        sched = [names[k] for k in order[0]] if order is not None else list(names)
+        if order is not None and order[1]:
+            sched.insert(0, self.names.new("index"))  # the tile's loop
         syms = {i: nm for (i, _), nm in zip(binds, names)}
         sc = scope.child(syms)
         box = box_cons(names, [n for _, n in binds], sc)
@@ -244,30 +252,43 @@ class Lowerer(RelationLowering, PredicateLowering):
                 pvar = self.names.new("index")
                 self.drivers.append((driver, self._drivable(driver, names, syms)[0], pvar, names))
         inner = sc.child(params=names, cons=box + dom)
-        body_scope = inner.child(cons=[inner.pred(t) for t in tests])
-        # boundary pieces apart from the interior, whose copy is branch-free (separate.py)
-        plain = self.mode == "sparse" and driver is None and not tests
-        node, inside = separation(scope, inner, names, box + dom, expr) if plain else (None, None)
+        test_preds = [inner.pred(t) for t in tests]
+
+        def guarded(sc_test):
+            # the body under a relation test (read from its dense table); the
+            # test is simplified against what ``sc_test`` knows (an interior
+            # piece often decides its affine part)
+            if not tests:
+                return emit(sc_test, names)
+            tst, tcode = self.pred_code(conj(*tests), sc_test)
+            if tcode == K.Bool(False):
+                return []
+            if tcode != K.Bool(True) and kind in ("gen", "sum") and expr is not None:
+                # a gen's element or a sum's term selected, no branch (unguarded)
+                got = unguarded(self, lambda: (emit(sc_test, names), None), expr)
+                if got is not None and selectable(got[0], kind):
+                    return tst + select(got[0], tcode)
+            b = emit(sc_test.child(cons=test_preds), names)
+            return b if tcode == K.Bool(True) else tst + [If(tcode, tuple(b))]
+
+        # boundary pieces apart from the interior, whose copy is branch-free
+        # but for relation tests, which hold on data (separate.py)
+        plain = self.mode == "sparse" and driver is None
+        node, inside = separation(scope, inner, names, box + dom, expr, order) if plain else (None, None)
         try:
             if node is not None:
-                body = {"S0": emit(inner.child(cons=inside), names), "S1": emit(body_scope, names)}
+                body = {"S0": guarded(inner.child(cons=inside)), "S1": guarded(inner)}
             else:
-                body = emit(body_scope, names)
+                body = guarded(inner)
         finally:
             if pvar is not None:
                 self.drivers.pop()
         if node is not None:
-            stmts = to_loops(node, names, body, kind)
-            full = not dom or covers(scope, names, box, dom)
-        elif tests:
-            tst, tcode = self.pred_code(conj(*tests), inner)
-            if tcode != K.Bool(True):
-                body = tst + [If(tcode, tuple(body))] if tcode != K.Bool(False) else []
-        if node is not None:
-            pass
+            stmts = to_loops(node, names, body, kind, sched)
+            full = not tests and (not dom or covers(scope, names, box, dom))
         elif driver is None:
-            stmts = to_loops(ast_for(scope, names, box + dom), names, body, kind)
-            full = not tests and not dom or (not tests and covers(scope, names, box, dom))
+            stmts = to_loops(ast_for(scope, names, box + dom, order), names, body, kind, sched)
+            full = not tests and (not dom or covers(scope, names, box, dom))
         else:
             stmts = self._driven(driver, names, syms, scope, box + dom, body, kind, pvar)
             full = False
@@ -339,6 +360,10 @@ class Lowerer(RelationLowering, PredicateLowering):
                 ps, pc = self.pred_code(p, sc)
                 if pc == K.Bool(False):
                     return ps, K.Float(0.0)
+                if has_rel(p) and self.mode == "sparse":
+                    got = unguarded(self, lambda: self.scalar(b, sc), b)
+                    if got is not None:  # a data mask: a select, no branch (see unguarded)
+                        return ps + got[0], K.Select(pc, got[1], K.Float(0.0))
                 bs, bc = self.scalar(b, sc.child(cons=[sc.pred(p)]))
                 if pc == K.Bool(True):
                     return ps + bs, bc

@@ -36,13 +36,15 @@ from . import kir as K
 from .domains import aff_expr, conjuncts
 from .fusion import fuse
 from .hoist import hoist, occurrences, split_bracket
+from .interchange import TILE, accumulate_order
 from .loopir import Alloc, Store
 
 
 class ScatterPlan:
     """``D`` computed by accumulating into it from X's loops."""
 
-    def __init__(self, x, x_binds, x_pred, d_binds, pred, value):
+    def __init__(self, x, x_binds, x_pred, d_binds, pred, value, tile=None):
+        self.tile = tile  # strip-mine the innermost loop by this (interchange.py), or None
         self.x = x  # the reduced intermediate (a let Var)
         self.x_binds = x_binds  # X's gen binders [(IndexVar, extent)]
         self.x_pred = x_pred  # X's hoisted bracket (in X's indices)
@@ -149,6 +151,23 @@ def _transposed_plan(d_rhs):
     return None
 
 
+def _strided_plan(d_rhs):
+    """``D = gen[h] sum[r] [p]·M`` whose accesses run with stride 1 along a
+    gen index: accumulated, that index innermost (interchange.py)."""
+    dg, dbody = gens(d_rhs)
+    if not dg or not _plain(d_rhs):
+        return None
+    p0, b1 = split_bracket(hoist(dbody))
+    rb, inner = sums(b1)
+    if not rb:
+        return None
+    p1, m = split_bracket(hoist(inner))
+    order = accumulate_order(dg, dbody, rb, m)
+    if order is None:
+        return None
+    return ScatterPlan(None, order, TRUE, list(dg), conj(p0, p1), m, TILE)
+
+
 def scatter_plans(binds, outs) -> dict:
     """``{D: ScatterPlan}`` for the bindings that reduce an intermediate X
     used by nothing else (every use of X one of these reductions)."""
@@ -165,7 +184,7 @@ def scatter_plans(binds, outs) -> dict:
             plans.update(got)
     for d, rhs in binds:
         if d not in plans:
-            got = _transposed_plan(rhs)
+            got = _transposed_plan(rhs) or _strided_plan(rhs)
             if got is not None:
                 plans[d] = got
     return plans
@@ -197,7 +216,8 @@ def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
         at = tuple(K.Name(dims[pos[y]]) for y, _ in plan.d_binds)
         return st + [Store(name, at, K.sum_of([K.Load(name, at), code]))]
 
-    stmts, _ = lw.block(plan.x_binds, conj(plan.x_pred, plan.pred), lw.scope0, emit, "scatter", plan.value)
+    order = (tuple(range(len(plan.x_binds))), plan.tile) if plan.tile else None
+    stmts, _ = lw.block(plan.x_binds, conj(plan.x_pred, plan.pred), lw.scope0, emit, "scatter", plan.value, order)
     return [alloc] + stmts
 
 

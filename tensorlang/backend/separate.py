@@ -10,7 +10,10 @@ the scope extended by these constraints, where isl decides every such atom
 (the interior copy is branch-free), and in the plain scope, and isl
 generates one loop nest over the two disjoint pieces ``D ∧ I`` and
 ``D ∧ ¬I`` (``to_loops`` with a body per statement), in the original
-lexicographic order of points.
+lexicographic order of points.  A block whose relation conjuncts are tested
+per point (the image's mask ``M``) is separated too: the test stays in both
+pieces, simplified against each (lower.py; where the masked value is safe to
+compute everywhere it becomes a select, so the interior has no branch).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import islpy as isl
 from ..errors import UnsupportedError
 from ..ir import And, Cmp, Iverson, Or, walk
 from . import kir as K
-from .domains import Scope, affine_test, block_set
+from .domains import Scope, affine_test, block_set, schedule_dims
 
 MAX_ATOMS = 16  # more atoms than this: not a stencil boundary; no separation
 MAX_PIECES = 12  # copies of the body isl may make before we keep one copy
@@ -74,7 +77,7 @@ def interior(inner: Scope, names: list, body) -> list:
     return cons
 
 
-def pieces(scope: Scope, dims: list, cons: list, inside: list):
+def pieces(scope: Scope, dims: list, cons: list, inside: list, order=None):
     """isl AST over ``S0`` (``cons ∧ inside``) and ``S1`` (``cons ∧ ¬inside``), or None if too many copies."""
     hdr = scope.header()
     both = " and ".join(scope.cons + cons) or "0 = 0"
@@ -83,10 +86,12 @@ def pieces(scope: Scope, dims: list, cons: list, inside: list):
     s1 = isl.Set(f"{hdr} -> {{ S1[{', '.join(dims)}] : {both} and not ({ins}) }}")
     dom = isl.UnionSet.from_set(s0).union(isl.UnionSet.from_set(s1))
     ident = ", ".join(dims)
-    sched = isl.UnionMap(f"{hdr} -> {{ S0[{ident}] -> [{ident}]; S1[{ident}] -> [{ident}] }}").intersect_domain(dom)
+    to = ", ".join(schedule_dims(dims, order))
+    sched = isl.UnionMap(f"{hdr} -> {{ S0[{ident}] -> [{to}]; S1[{ident}] -> [{to}] }}").intersect_domain(dom)
     # "separate": isl splits each loop's range into pieces with one body each,
     # instead of one loop testing which piece a point is in
-    opts = isl.UnionMap(f"{hdr} -> {{ [{ident}] -> separate[x] }}")
+    tdims = ", ".join(f"c{k}" for k in range(len(schedule_dims(dims, order))))
+    opts = isl.UnionMap(f"{hdr} -> {{ [{tdims}] -> separate[x] }}")
     build = isl.AstBuild.from_context(isl.Set(scope.context_text())).set_options(opts)
     node = build.node_from_schedule_map(sched)
     text = node.to_C_str()
@@ -95,13 +100,13 @@ def pieces(scope: Scope, dims: list, cons: list, inside: list):
     return node
 
 
-def separation(scope: Scope, inner: Scope, dims: list, cons: list, body):
+def separation(scope: Scope, inner: Scope, dims: list, cons: list, body, order=None):
     """``(isl AST over S0/S1, interior constraints)`` for a block whose body
     ``body`` (None: unknown) has undecided affine atoms, else ``(None, None)``."""
     if body is None:
         return None, None
     inside = interior(inner, dims, body)
-    node = pieces(scope, dims, cons, inside) if inside else None
+    node = pieces(scope, dims, cons, inside, order) if inside else None
     return node, (inside if node is not None else None)
 
 

@@ -4,12 +4,14 @@ bounds proofs)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
 import tensorlang as tl
 from tensorlang.backend.kir import Int, Name, evaluate_int
-from tensorlang.backend.loopir import Alloc, Loop, Store, loop_depth, loops, walk_stmts
+from tensorlang.backend.loopir import Alloc, If, Loop, Store, loop_depth, loops, walk_stmts
 from tensorlang.ir import (
     REAL,
     Access,
@@ -228,17 +230,27 @@ def test_deconvolution_gradient_values_bounds_and_temporaries():
     outs = [a for a in ir.allocs if a.role == "output"]
     assert len(temps) == 1 and len(temps[0][1]) == 1 and len(outs) == 1 and len(outs[0].shape) == 1
     assert all(len(a.shape) == 1 for a in ir.allocs)
-    # the correlation's loops: j in [max(0, m-1-k), min(m, n+m-1-k))
-    corr = [lp for lp in loops(ir.body) if lp.kind == "sum"]
-    outer_gen = [lp for lp in loops(ir.body) if lp.kind == "gen"][-1]
-    inner = [lp for lp in loops(outer_gen.body) if lp.kind == "sum"]
-    assert len(inner) == 1 and corr
-    for nn, mm in [(7, 3), (4, 4), (10, 1)]:
-        for kk in range(nn + mm - 1):
-            env = {outer_gen.var: kk, **_sizes_env(k, n=nn, m=mm)}
-            got = (_eval_bound(inner[0].lo, env), _eval_bound(inner[0].hi, env))
-            want = (max(0, mm - 1 - kk), min(mm, nn + mm - 1 - kk))
-            assert got == want
+    # the correlation's loops visit j in [max(0, m-1-k), min(m, n+m-1-k)) for
+    # each k, once each; dx is accumulated along k (stride 1, interchange.py)
+    (out,) = ir.results
+    nest = [s for s in ir.body if isinstance(s, Loop) and any(isinstance(x, Store) and x.array == out for x in walk_stmts(s.body))]
+    assert len(nest) == 1 and nest[0].kind == "scatter"
+    assert not any(isinstance(x, If) for x in walk_stmts(nest[0].body))
+    for nn, mm in [(7, 3), (4, 4), (10, 1), (3000, 5)]:
+        seen = Counter()
+        _visit(nest, _sizes_env(k, n=nn, m=mm), out, seen)
+        want = Counter({kk: min(mm, nn + mm - 1 - kk) - max(0, mm - 1 - kk) for kk in range(nn + mm - 1)})
+        assert seen == want
+
+
+def _visit(stmts, env, out, seen):
+    """Run a loop nest's integer part, counting the points where ``out`` is written."""
+    for s in stmts:
+        if isinstance(s, Loop):
+            for v in range(_eval_bound(s.lo, env), _eval_bound(s.hi, env), s.step):
+                _visit(s.body, {**env, s.var: v}, out, seen)
+        elif isinstance(s, Store) and s.array == out:
+            seen[tuple(_eval_bound(i, env) for i in s.index)[0]] += 1
 
 
 def test_ssa_convolution_is_fused_no_n_by_m_buffer():
@@ -419,7 +431,8 @@ def test_grad_returns_compiled_kernels_at_size():
     np.testing.assert_allclose(g(x=xv, c=cv, z=zv), _numpy_deconvolution_gradient(xv, cv, zv), rtol=1e-11, atol=1e-11)
     k = tl.compile(g.program, threads=1)
     temps = [a for a in k.loop_ir.allocs if a.role == "temporary"]
-    assert len(temps) == 1 and len(temps[0].shape) == 1  # dY only: no n x m buffer
+    # y (accumulated along i, interchange.py) and dY: no n x m buffer
+    assert len(temps) <= 2 and all(len(a.shape) == 1 for a in temps)
 
 
 def test_spmv_adjoint_runs_over_the_relation_in_its_own_order():
@@ -467,12 +480,13 @@ def test_adjoints_from_tl_adjoint_lower_to_narrow_loops():
     c = tl.tensor("c", mm)
     y = tl.gen(nn, lambda i: tl.sum(mm, lambda j: xs[i - j + mm - 1] * c[j]))
     k = tl.compile(tl.adjoint(y, wrt=[xs]), threads=1)
-    gen_loop, sum_loop = loops(k.loop_ir.body)
-    assert (gen_loop.kind, sum_loop.kind) == ("gen", "sum")
+    # accumulated along k (stride 1, interchange.py): each (k, j) of the range once
+    (out,) = k.loop_ir.results
+    assert {lp.kind for lp in loops(k.loop_ir.body)} == {"scatter"}
     for nv, mv in [(7, 3), (2, 5)]:
-        for kk in range(nv + mv - 1):
-            env = {gen_loop.var: kk, **_sizes_env(k, n=nv, m=mv)}
-            assert (_eval_bound(sum_loop.lo, env), _eval_bound(sum_loop.hi, env)) == (max(0, mv - 1 - kk), min(mv, nv + mv - 1 - kk))
+        seen = Counter()
+        _visit(k.loop_ir.body, _sizes_env(k, n=nv, m=mv), out, seen)
+        assert seen == Counter({kk: min(mv, nv + mv - 1 - kk) - max(0, mv - 1 - kk) for kk in range(nv + mv - 1)})
     dyv, cv = rng.standard_normal(7), rng.standard_normal(3)
     np.testing.assert_allclose(k(dy=dyv, c=cv), np.correlate(dyv, cv, mode="full"), rtol=1e-13)
 
