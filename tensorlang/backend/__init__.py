@@ -22,6 +22,14 @@ Pipeline, one module per step:
   proven in bounds, relations iterated over their sorted coordinates, scalar
   functions from ``scalars.py``, deep expressions split by ``temps.py``;
   every name from one allocator (``kir.NameAllocator``);
-* ``codegen.py``: prints the Python source (the only place text is made);
+  loop order from access strides (``interchange.py``), relation-tested
+  interiors separated from boundary pieces (``separate.py``), data masks as
+  selects (``masks.py``);
+* ``codegen.py``: prints the Python source (the only place text is made),
+  after the kernel-IR rewrites that serve vectorization: independent nests
+  fused (``hfuse.py``), column partial sums (``colsum.py``), calls split out
+  of reduction loops (``fission.py``), index offsets LLVM can bound
+  (``offsets.py``); arrays, ``min``/``max`` (``intrinsics.py``) and ``tanh``
+  (``vmath.py``) are Numba intrinsics, so a kernel is one compilation;
 * ``cache.py``: keeps it on disk for Numba's own cache.
 """
