@@ -61,6 +61,7 @@ from .ir import (
     Rel,
     Sum,
     TensorT,
+    canonicalize,
     children,
     conj,
     free_indices,
@@ -236,21 +237,20 @@ def _check(expr: Expr) -> tuple:
 
 def _relevant_context(e: Expr, binders: tuple, guards: tuple):
     """``(e, binders', guards')``: the binders and guards that can constrain
-    ``e``'s indices: those over its free index variables, closed under guards
-    linking them to other binders (a guard ``j <= i`` keeps ``i``'s range).
-    What is left out constrains only variables ``e`` never reads, so the
-    accesses in ``e`` are in range under the restricted context exactly when
-    they are under the full one (given the full one is satisfiable; if it is
-    not, ``e`` is never evaluated and the check is only stricter).  Without
+    ``e``'s indices (those over its free index variables, closed under
+    guards linking them to other binders: a guard ``j <= i`` keeps ``i``'s
+    range), plus, for each group of the others, the size-only fact that it
+    can be satisfied: ``e`` is evaluated only if every enclosing loop runs
+    and every enclosing guard can hold (an access under an empty sum is
+    never made).  That fact is ``∃ i < n. g(i)``, alpha-canonical, so the
+    same loop reached along different paths gives the same context: without
     this, a tensor read at several offsets (``u[i-1] + u[i] + u[i+1]``, ``u``
-    a gen built the same way K times) was checked once per path: 3^K."""
+    a gen built the same way K times) was checked once per path, 3^K."""
     if not binders:
         return e, binders, guards
     free = free_indices(e)
-    if not guards:
-        if all(i in free for i, _ in binders):
-            return e, binders, guards
-        return e, tuple(b for b in binders if b[0] in free), guards
+    if not guards and all(i in free for i, _ in binders):
+        return e, binders, guards
     bound = {i for i, _ in binders}
     gvars = [free_indices(g) & bound for g in guards]
     need = set(free) & bound
@@ -262,8 +262,36 @@ def _relevant_context(e: Expr, binders: tuple, guards: tuple):
             if not keep[k] and gv & need:
                 keep[k], grew = True, True
                 need |= gv
+    if len(need) == len(bound) and all(keep):
+        return e, binders, guards
+    facts = _reached_facts(tuple(b for b in binders if b[0] not in need),
+                           tuple(g for g, k in zip(guards, keep) if not k))
+    kept = tuple(g for g, k in zip(guards, keep) if k)
     return (e, tuple(b for b in binders if b[0] in need),
-            tuple(g for g, k in zip(guards, keep) if k))
+            kept + tuple(f for f in facts if f not in kept))
+
+
+def _reached_facts(binders: tuple, guards: tuple) -> tuple:
+    """One size-only predicate per group of ``binders`` linked by ``guards``:
+    the group's loops run and its guards can hold (sorted: one key per set)."""
+    groups: list = []  # [vars, binders, guards]
+    for i, n in binders:
+        groups.append([{i}, [(i, n)], []])
+    for g in guards:
+        gv = free_indices(g)
+        hit = [G for G in groups if G[0] & gv]
+        merged = [set().union(*(G[0] for G in hit)), [b for G in hit for b in G[1]], [x for G in hit for x in G[2]] + [g]]
+        groups = [G for G in groups if not any(G is H for H in hit)] + [merged]
+    out = set()
+    for _, bs, gs in groups:
+        if not gs and len(bs) == 1:  # a loop alone: it runs when its extent is positive
+            out.add(Cmp("<", Aff((), 0), bs[0][1]))
+            continue
+        p = conj(*gs)
+        for i, n in reversed(bs):
+            p = Exists(i, n, p)
+        out.add(canonicalize(p))
+    return tuple(sorted(out, key=id))
 
 
 def _check_access(node: Access, arr: Expr, ix: Aff, binders: tuple, guards: tuple, facts: Pred):

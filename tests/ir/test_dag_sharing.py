@@ -100,8 +100,9 @@ def _counting(monkeypatch, module, name):
 
 
 def test_bounds_check_of_a_repeated_stencil_is_linear(monkeypatch):
-    # each access is checked in the context of the binders its indices use:
-    # 3 accesses per level, whatever path led there (3^K paths before)
+    # each access is checked in the context of the binders its indices use,
+    # plus one size-only fact per other enclosing loop (it runs, its guard can
+    # hold): a few contexts per level, whatever path led there (3^K before)
     calls = _counting(monkeypatch, bounds, "_check_access")
     counts = []
     for K in (5, 10, 20):
@@ -109,7 +110,15 @@ def test_bounds_check_of_a_repeated_stencil_is_linear(monkeypatch):
         e, _ = _stencil(K)
         bounds.check_program(e)
         counts.append(len(calls))
-    assert counts[2] - counts[1] == 2 * (counts[1] - counts[0]) and counts[2] <= 3 * 20 + 5
+    assert counts[2] - counts[1] == 2 * (counts[1] - counts[0]) and counts[2] <= 20 * 20
+    # an access under an empty loop is never made: not a size constraint
+    n = tl.size("n")
+    x = tl.tensor("x", n)
+    under = tl.gen(n, lambda i: tl.sum(n, lambda j: tl.iverson(j >= 2, x[i] * x[3])))
+    bounds.check_sizes(bounds.check_program(under), {"n": 0})
+    bounds.check_sizes(bounds.check_program(under), {"n": 2})  # j >= 2 never holds
+    with pytest.raises(tl.InputError):
+        bounds.check_sizes(bounds.check_program(under), {"n": 3})
     X = np.random.default_rng(1).standard_normal(12)
     assert tl.evaluate(_stencil(20)[0], x=X) == pytest.approx(_numpy_stencil(X, 20), rel=1e-12)
 
