@@ -93,8 +93,8 @@ def desugar(t) -> Expr:
     Only defined on terms whose ``Deriv`` parts are expanded by the caller's
     ``D``; here ``Deriv`` becomes the total derivative of Fig. 13.
     """
-    from tensorlang.ir import Add, Const, Let, Pair, Proj, iverson, make_sums, fresh_index, access, shape_of
-    from tensorlang.typecheck import type_of
+    from tensorlang.ir import Add, Const, Let, Pair, Proj, make_sums, fresh_index, access, shape_of
+    from tensorlang.typecheck import iverson, type_of
 
     from .total_derivative import total_derivative
 
@@ -158,12 +158,11 @@ from tensorlang.ir import (  # noqa: E402
     disj,
     fresh_index,
     fresh_var,
-    iverson,
     make_gens,
     make_sums,
     shape_of,
 )
-from tensorlang.typecheck import type_of, zero_of  # noqa: E402
+from tensorlang.typecheck import iverson, type_of, zero_of  # noqa: E402
 
 from .env import extend  # noqa: E402
 from .rules import rule  # noqa: E402

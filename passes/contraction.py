@@ -9,7 +9,8 @@ cost-preserving, RULES.md 5.7 step 4).
 
 from __future__ import annotations
 
-from tensorlang.ir import TRUE, Cmp, Exists, Expr, Iverson, Var, iverson, access, conj, free_indices, fresh_index, fresh_var, make_gens, make_sums, shape_of, sym_aff
+from tensorlang.ir import TRUE, Cmp, Exists, Expr, Iverson, Var, access, conj, free_indices, fresh_index, fresh_var, make_gens, make_sums, shape_of, sym_aff
+from tensorlang.typecheck import iverson
 from tensorlang.typecheck import type_of
 
 from .ssa_form import ContractRHS

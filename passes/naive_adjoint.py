@@ -36,7 +36,6 @@ from tensorlang.ir import (
     conj,
     fresh_index,
     fresh_var,
-    iverson,
     lets,
     make_gens,
     make_lets,
@@ -44,6 +43,7 @@ from tensorlang.ir import (
     shape_of,
     sym_aff,
 )
+from tensorlang.typecheck import iverson
 from tensorlang.typecheck import type_of, zero_of
 
 from .ssa_form import AddRHS, ConstRHS, ContractRHS, InputRHS, MapRHS, classify, is_tensor_ssa

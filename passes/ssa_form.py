@@ -46,7 +46,7 @@ from tensorlang.ir import (
     sums,
     sym_aff,
 )
-from tensorlang.ir import iverson as bracket
+from tensorlang.typecheck import iverson as bracket
 
 
 @dataclass(frozen=True)

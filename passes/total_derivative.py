@@ -80,7 +80,7 @@ def mul(a: Expr, b: Expr) -> Expr:
 
 
 def bracket(p, e: Expr) -> Expr:
-    from tensorlang.ir import iverson
+    from tensorlang.typecheck import iverson
 
     if is_zero(e):
         return e

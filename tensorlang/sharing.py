@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import weakref
 
+from .deep import deep
 from .ir import (
     FALSE,
     TRUE,
@@ -50,11 +51,11 @@ from .ir import (
     free_vars,
     fresh_index,
     fresh_var,
-    iverson,
     rebuild,
     subst,
     sym_aff,
 )
+from .typecheck import iverson
 from .printer import pretty as _print
 from .typecheck import type_of
 
@@ -194,6 +195,7 @@ def invariant_tensors(e: Expr) -> list:
     return list(found)
 
 
+@deep  # its walks recurse once per nesting level (a 10,000-term chain)
 def explicit_sharing(e: Expr) -> Expr:
     """Signature: explicit_sharing : Expr -> Expr, denotation unchanged;
     afterwards no sub-term that does work has two parents and no

@@ -48,13 +48,13 @@ from tensorlang.ir import (
     free_indices,
     free_vars,
     fresh_index,
-    iverson,
     make_gens,
     rebuild,
     relations_of,
     sym_aff,
     walk,
 )
+from tensorlang.typecheck import iverson
 from tensorlang.passes import rules
 from tensorlang.passes.gen_pushout import gen_pushout
 from tensorlang.passes.let_lift import let_lift

@@ -49,12 +49,12 @@ from tensorlang.ir import (
     free_indices,
     free_vars,
     fresh_uid,
-    iverson,
     rebuild,
     scalar_elem,
     size_vars,
     sym_aff,
 )
+from tensorlang.typecheck import iverson
 from tensorlang.typecheck import type_of
 
 # A user-registered binary black-box function, so random programs exercise

@@ -61,10 +61,10 @@ from tensorlang.ir import (
     Var,
     free_vars,
     fresh_uid,
-    iverson,
     relations_of,
     size_vars,
 )
+from tensorlang.typecheck import iverson
 from tensorlang.typecheck import check_program
 
 from .program_builder import _MAX_SIZE, MIX, _Builder, _Scope, _type_extents  # noqa: F401

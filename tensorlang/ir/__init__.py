@@ -117,7 +117,6 @@ from .scope import (  # noqa: F401
 )
 
 from .. import printer as _printer  # noqa: E402  (after the node classes it prints)
-from ..typecheck import iverson  # noqa: E402,F401  (folding [false]·e needs the body's type)
 
 
 def _printed(fn):

@@ -13,8 +13,9 @@ import tensorlang as tl
 from tensorlang.ir import (
     REAL, TRUE, FALSE, Access, Add, Aff, And, Cmp, Const, Exists, Gen, IndexVar, Iverson, Let, Mul, Pair, PairT,
     SizeVar, Sum, TensorT, Var, access, accesses, alpha_eq, as_aff, canonicalize, children, conj, disj, free_indices,
-    free_vars, gens, iverson, lets, make_gens, make_lets, make_sums, rebuild, size_vars, subst, sums, sym_aff, walk,
+    free_vars, gens, lets, make_gens, make_lets, make_sums, rebuild, size_vars, subst, sums, sym_aff, walk,
 )
+from tensorlang.typecheck import iverson
 
 from tests.strategies import Program, assert_close, programs
 

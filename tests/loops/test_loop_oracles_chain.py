@@ -57,12 +57,13 @@ def _kw(prog):
 @given(two_loop_programs())
 def test_float_exact_and_compiled_values_agree(prog):
     from tensorlang.backend import api
+    from tensorlang import driver
     from tensorlang.backend.loop_kernel import LoopKernel
 
     assert len(chain(prog.expr, "test")) == 2
     want = prog.evaluate()
     assert_close(prog.numeric(prog.evaluate_exact()), want, prog.bound, "exact (sympy) vs float")
-    got = LoopKernel(prog.expr, "sparse", None, api.python_kernel)(**_kw(prog))
+    got = LoopKernel(prog.expr, "sparse", None, driver.python_kernel)(**_kw(prog))
     assert_close(got, want, prog.bound, "compiled kernels (as Python) vs evaluator")
 
 
