@@ -41,12 +41,14 @@ from typing import Callable
 from tensorlang.errors import TensorLangError, describe
 from tensorlang.ir import Const, Expr, Let, Pair, free_vars, lets, make_lets, subst
 from tensorlang.sharing import explicit_sharing, invariant_tensors, shared_terms
+from tensorlang.loops import has_loop
 from tensorlang.sparse import hoist_guards
 from tensorlang.typecheck import check_program, type_of
 
 from .adjoint import transpose
 from .gen_pushout import gen_pushout
 from .let_lift import let_lift
+from .loop_normalize import normalize_loop_program
 from .naive_adjoint import naive_transpose
 from .normal_forms import (
     why_not_gen_pushed_out,
@@ -237,6 +239,8 @@ def normalize(expr: Expr) -> Expr:
     twice becomes a let, so it is computed once), then the four passes."""
     deep_recursion()
     check_program(expr)
+    if has_loop(expr):  # each loop-free part and the loop's body on its own (issue #17 item 1)
+        return normalize_loop_program(expr, normalize)
     if already_normal(SHARING, expr):
         return run_stage(TENSOR_SSA, expr)
     e = run_stage(SHARING, expr)

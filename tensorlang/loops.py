@@ -29,7 +29,8 @@ Stages (the node is ``ir.Loop``):
   one loop's result in another's init or body, independent loops feeding
   one loss); a per-element loop under ``gen``/``sum`` becomes one loop
   over the tensor of the elements' states (:func:`lift_loop`); a loop
-  nested in a loop body that uses the outer ``t`` or state is refused.
+  reading ``tl.let``-bound values gets their definitions (:func:`inline_lets`);
+  a loop nested in a loop body that uses the outer ``t`` or state is refused.
 
 Checkpoint policies (:func:`schedule`) decide which states the reverse sweep
 stores: ``"all"`` (``T`` states), an int ``k`` (every ``k``-th state, each
@@ -208,11 +209,15 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
     input: ``post`` is itself a loop program, split the same way
     (:func:`chain`).  A loop inside another loop's body that uses that loop's
     ``t`` or state is refused; a loop under ``gen``/``sum`` binders (a
-    per-element time loop) is lifted first (:func:`lift_loop`)."""
+    per-element time loop) is lifted first (:func:`lift_loop`), after the
+    ``tl.let``-bound values it reads are put in (:func:`inline_lets`)."""
     loops = [x for x in walk(expr) if isinstance(x, Loop)]
     if not loops:
         raise TensorLangError(f"{stage}: the program has no loop")
     lp = next(x for x in loops if not any(isinstance(y, Loop) for y in walk(x) if y is not x))
+    inlined = inline_lets(expr, lp)
+    if inlined is not None:  # the loop reads let-bound values: their definitions put in
+        return split(inlined, stage)
     lifted = lift_loop(expr, lp, loops, stage)
     if lifted is not None:  # a per-element loop under gen/sum: one loop over a tensor of states
         return split(lifted, stage)
@@ -229,6 +234,33 @@ def split(expr: Expr, stage: str = "this stage") -> Split:
         body = subst(body, idx={lp.ivar: sym_aff(t_size) - 1})
     post = _replace(expr, lp, final)
     return Split(lp, lp.extent, lp.init, body, state, t_size, post, final, hoisted, rows)
+
+
+def inline_lets(expr: Expr, lp: Loop):
+    """``expr`` with the let-bound variables ``lp`` reads (``tl.let(v, lambda
+    w: … loop(…, w …) …)``) replaced, in ``lp`` only, by their definitions
+    (transitively), so the loop is computed from the inputs alone, as it is
+    when the same value is shared as a Python object; None when ``lp`` reads
+    none, or one bound elsewhere than by a let around it (a gen/sum index's
+    let, a loop's state: refused by ``_check_top_level``).  The definition
+    is then computed for the loop's parts (its init, or once as a hoisted
+    loop-invariant term) and again where the rest of the program reads it."""
+    from .ir import Let
+
+    bound = {v for v in free_vars(lp) if v.uid != 0}
+    if not bound:
+        return None
+    defs = {x.var: x.value for x in _path(expr, lp)
+            if isinstance(x, Let) and (x.body is lp or lp in _subterms(x.body))}
+    new = lp
+    for _ in range(len(defs) + 1):
+        use = {v: defs[v] for v in free_vars(new) if v in defs}
+        if not use:
+            break
+        new = subst(new, vals=use)
+    if new is lp or any(v.uid != 0 for v in free_vars(new)):
+        return None
+    return _replace(expr, lp, new)
 
 
 def _check_top_level(lp: Loop, loops: list, stage: str) -> None:
