@@ -229,7 +229,11 @@ def _const(v) -> str:
 
 # precedence: 0 let/gen/sum bodies, 1 '+', 2 '·' and '/', 3 postfix (access, ^)
 def _pretty(e, prec: int, env: _Names) -> str:
-    """Signature: _pretty : Expr x precedence x names -> str (memoized per scope)."""
+    """Signature: _pretty : Expr x precedence x names -> str (a bounded print
+    memoizes per scope; a whole print does not: its memo would keep every
+    sub-term's text, quadratic in a long chain's length)."""
+    if env.limit is None:
+        return _pretty_node(e, prec, env)
     key = (e, prec, env)
     got = env.memo.get(key)
     if got is None:
