@@ -31,7 +31,7 @@ from dataclasses import fields, replace
 
 from . import kir as K
 from .blas import Gemm
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
+from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, substitute_stmts, walk_stmts
 
 MAX_COLUMNS = 1 << 14  # 128 KiB of float64 partial sums per reduction variable
 
@@ -133,20 +133,6 @@ def _candidates(loop: Loop) -> list:
     return out
 
 
-def _rewrite(stmts, sub: dict) -> tuple:
-    out = []
-    for s in stmts:
-        if id(s) in sub:
-            out.append(sub[id(s)])
-        elif isinstance(s, If):
-            out.append(replace(s, then=_rewrite(s.then, sub), orelse=_rewrite(s.orelse, sub)))
-        elif isinstance(s, Loop):
-            out.append(replace(s, body=_rewrite(s.body, sub)))
-        else:
-            out.append(s)
-    return tuple(out)
-
-
 def _column_form(loop: Loop, inner: list, fresh) -> tuple:
     """``loop`` with the accumulations of every loop of ``inner`` going into
     their own column arrays, guarded by the rows' lengths (module doc)."""
@@ -162,9 +148,9 @@ def _column_form(loop: Loop, inner: list, fresh) -> tuple:
             post.append(Loop(q, K.Int(0), ext, 1, (AccAdd(acc, K.Load(w, (K.Name(q),))),), "sum"))
         body = tuple(Store(arr[x.target], col, K.FSum((K.Load(arr[x.target], col), x.value)))
                      if isinstance(x, AccAdd) and x.target in arr else x for x in m.body)
-        sub[id(m)] = replace(m, body=body)
+        sub[id(m)] = (replace(m, body=body),)
         tests.append(K.Cmp("<=", ext, K.Int(MAX_COLUMNS)))
-    cols = replace(loop, body=_rewrite(loop.body, sub))
+    cols = replace(loop, body=substitute_stmts(loop.body, sub))
     cond = tests[0] if len(tests) == 1 else K.BoolOp("and", tuple(tests))
     return (If(cond, tuple(pre) + (cols,) + tuple(post), (loop,)),)
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from . import kir as K
 from .colsum import _names, _reads_no_acc, _written
-from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store
+from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, substitute_stmts
 from .scalars import VECTOR_TANH
 
 MAX_ROW = 1 << 14  # float64 buffer entries per split scalar (128 KiB)
@@ -195,7 +195,7 @@ def split_calls(ir: KernelIR) -> KernelIR:
         if not sub:
             return (top,)
         changed[0] = True
-        split = _rewrite_pairs([top], sub)[0]
+        split = substitute_stmts([top], sub)[0]
         cond = tests[0] if len(tests) == 1 else K.BoolOp("and", tuple(tests))
         return (If(cond, tuple(pre) + (split,), (top,)),)
 
@@ -212,21 +212,6 @@ def split_calls(ir: KernelIR) -> KernelIR:
 
     body = walk(ir.body)
     return replace(ir, body=list(body)) if changed[0] else ir
-
-
-def _rewrite_pairs(stmts, sub: dict) -> tuple:
-    """``stmts`` with each loop ``m`` of ``sub`` replaced by its two loops."""
-    out = []
-    for s in stmts:
-        if id(s) in sub:
-            out.extend(sub[id(s)])
-        elif isinstance(s, If):
-            out.append(replace(s, then=_rewrite_pairs(s.then, sub), orelse=_rewrite_pairs(s.orelse, sub)))
-        elif isinstance(s, Loop):
-            out.append(replace(s, body=_rewrite_pairs(s.body, sub)))
-        else:
-            out.append(s)
-    return tuple(out)
 
 
 __all__ = ["split_calls", "MAX_ROW"]

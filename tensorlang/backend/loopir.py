@@ -10,7 +10,7 @@ nodes (``kir.py``), printed to Python only by ``codegen.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .kir import KExpr
 
@@ -113,3 +113,19 @@ def loop_depth(stmts) -> int:
 
 def loops(stmts):
     return [s for s in walk_stmts(stmts) if isinstance(s, Loop)]
+
+
+def substitute_stmts(stmts, sub: dict) -> tuple:
+    """``stmts`` with each statement ``s`` with ``id(s)`` in ``sub`` replaced by
+    the statements ``sub[id(s)]`` (a sequence), inside loops and ifs too."""
+    out = []
+    for s in stmts:
+        if id(s) in sub:
+            out.extend(sub[id(s)])
+        elif isinstance(s, If):
+            out.append(replace(s, then=substitute_stmts(s.then, sub), orelse=substitute_stmts(s.orelse, sub)))
+        elif isinstance(s, Loop):
+            out.append(replace(s, body=substitute_stmts(s.body, sub)))
+        else:
+            out.append(s)
+    return tuple(out)
