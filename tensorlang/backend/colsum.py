@@ -31,7 +31,7 @@ from dataclasses import fields, replace
 
 from . import kir as K
 from .blas import Gemm
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, substitute_stmts, walk_stmts
+from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, map_outer_loops, substitute_stmts, walk_stmts
 
 MAX_COLUMNS = 1 << 14  # 128 KiB of float64 partial sums per reduction variable
 
@@ -169,21 +169,14 @@ def column_sums(ir: KernelIR) -> KernelIR:
                 used.add(nm)
                 return nm
 
-    def top(stmts) -> tuple:
-        out = []
-        for s in stmts:
-            if isinstance(s, Loop):
-                inner = _candidates(s)
-                if inner:
-                    changed[0] = True
-                out.extend(_column_form(s, inner, fresh) if inner else (s,))
-            elif isinstance(s, If):
-                out.append(replace(s, then=top(s.then), orelse=top(s.orelse)))
-            else:
-                out.append(s)
-        return tuple(out)
+    def top(s) -> tuple:
+        inner = _candidates(s)
+        if not inner:
+            return (s,)
+        changed[0] = True
+        return _column_form(s, inner, fresh)
 
-    body = top(ir.body)
+    body = map_outer_loops(ir.body, top)
     return replace(ir, body=list(body)) if changed[0] else ir
 
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from . import kir as K
 from .colsum import _names, _reads_no_acc, _written
-from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, substitute_stmts
+from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, map_outer_loops, substitute_stmts
 from .scalars import VECTOR_TANH
 
 MAX_ROW = 1 << 14  # float64 buffer entries per split scalar (128 KiB)
@@ -199,18 +199,7 @@ def split_calls(ir: KernelIR) -> KernelIR:
         cond = tests[0] if len(tests) == 1 else K.BoolOp("and", tuple(tests))
         return (If(cond, tuple(pre) + (split,), (top,)),)
 
-    def walk(stmts) -> tuple:
-        out = []
-        for s in stmts:
-            if isinstance(s, Loop):
-                out.extend(rewrite(s))
-            elif isinstance(s, If):
-                out.append(replace(s, then=walk(s.then), orelse=walk(s.orelse)))
-            else:
-                out.append(s)
-        return tuple(out)
-
-    body = walk(ir.body)
+    body = map_outer_loops(ir.body, rewrite)
     return replace(ir, body=list(body)) if changed[0] else ir
 
 

@@ -129,3 +129,17 @@ def substitute_stmts(stmts, sub: dict) -> tuple:
         else:
             out.append(s)
     return tuple(out)
+
+
+def map_outer_loops(stmts, fn) -> tuple:
+    """``stmts`` with each outermost loop ``s`` (ifs entered, loops not)
+    replaced by the statements ``fn(s)`` (a sequence)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Loop):
+            out.extend(fn(s))
+        elif isinstance(s, If):
+            out.append(replace(s, then=map_outer_loops(s.then, fn), orelse=map_outer_loops(s.orelse, fn)))
+        else:
+            out.append(s)
+    return tuple(out)
