@@ -63,13 +63,54 @@ def goals(doc) -> list:
     return out
 
 
+RELATION_WORKLOADS = ("image", "sparse")  # their loss reads a relation (a mask M, a pattern S)
+
+
+def goals_13(doc) -> list:
+    """Issue #13's goals, evaluated per workload at the largest size tensorlang ran:
+    gradient at or below JAX's, gradient/primal at most 3, within 1.5x of the hand
+    kernel (2x for relation workloads).  Read from the measurements, never asserted."""
+    cells = defaultdict(dict)
+    for r in doc["results"]:
+        if r["status"] == "ok":
+            cells[(r["workload"], r["size"])][r["method"]] = r
+    out = []
+    tally = defaultdict(lambda: [0, 0])  # goal -> [met, measured]
+
+    def judge(goal, ok):
+        tally[goal][0] += bool(ok)
+        tally[goal][1] += 1
+        return "met" if ok else "MISSED"
+
+    for name in doc["workloads"]:
+        sizes = sorted(s for (w, s) in cells if w == name and "tensorlang" in cells[(w, s)])
+        if not sizes:
+            continue
+        cell = cells[(name, sizes[-1])]
+        tl = cell["tensorlang"]
+        parts = []
+        if "jax" in cell:
+            q = tl["grad_s"] / cell["jax"]["grad_s"]
+            parts.append(f"{q:.2f}x JAX's gradient ({judge('<= JAX', q <= 1.0)})")
+        if tl.get("ratio"):
+            parts.append(f"grad/primal {tl['ratio']:.2f} ({judge('grad/primal <= 3', tl['ratio'] <= 3.0)})")
+        if "numba-hand" in cell:
+            lim = 2.0 if name in RELATION_WORKLOADS else 1.5
+            q = tl["grad_s"] / cell["numba-hand"]["grad_s"]
+            parts.append(f"{q:.2f}x the hand kernel's ({judge(f'<= {lim:g}x hand', q <= lim)}, goal <= {lim:g}x)")
+        out.append(f"{name}, {_size_label(tl)}: " + "; ".join(parts or ["no peer measured"]))
+    out += [f"{goal}: met on {met} of {n}" for goal, (met, n) in tally.items()]
+    return out
+
+
 def summary(doc) -> list:
     """Gradient time (ms) per workload and method at the largest size where most methods ran."""
     cells = defaultdict(dict)
     for r in doc["results"]:
         cells[(r["workload"], r["size"])][r["method"]] = r
     methods = [mm for mm in METHODS if any(r["method"] == mm for r in doc["results"])]
-    lines = ["| workload | size | " + " | ".join(methods) + " |", "|---|---|" + "---:|" * len(methods)]
+    lines = ["| workload | size | " + " | ".join(methods) + " | tensorlang grad/primal |",
+             "|---|---|" + "---:|" * (len(methods) + 1)]
     for name in doc["workloads"]:
         sizes = sorted(s for (w, s) in cells if w == name)
         if not sizes:
@@ -83,6 +124,8 @@ def summary(doc) -> list:
             r = row.get(mm)
             vals.append("" if r is None else _ms(r["grad_s"]) if r["status"] == "ok" else r["status"])
         any_row = next(iter(row.values()))
+        t = row.get("tensorlang")
+        vals.append(f"{t['ratio']:.2f}" if t is not None and t["status"] == "ok" and t.get("ratio") else "")
         lines.append(f"| {name} | {_size_label(any_row)} | " + " | ".join(vals) + " |")
     return lines
 
@@ -108,6 +151,8 @@ def markdown(doc) -> str:
            "(other processes sharing the machine make timings noisy).", ""] if "loadavg_start" in mi else []),
         "## Goals (issue #8)", "",
         *[f"- {g}" for g in goals(doc)], "",
+        "## Goals (issue #13): largest size, single thread", "",
+        *[f"- {g}" for g in goals_13(doc)], "",
         "## Summary: gradient time (ms, median)", "",
         *summary(doc), "",
         "## NumPy references vs. central finite differences", "",

@@ -127,3 +127,23 @@ def test_sparse_workload_tensorlang_form_matches_numpy():
     got, ref = impl.grads(impl.make_grad()()), w.grad_ref(d)
     for k in w.wrt:
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-11, atol=1e-12)
+
+
+def test_issue_13_goals_are_judged_from_the_rows():
+    from benchmarks import report
+
+    def row(w, m, grad, primal, size=100):
+        return {"workload": w, "method": m, "status": "ok", "size": size, "primary": "n", "sizes": {"n": size},
+                "grad_s": grad, "primal_s": primal, "ratio": grad / primal}
+
+    doc = {"workloads": {"image": {}, "mlp": {}},
+           "results": [row("image", "tensorlang", 1.0, 0.5, 10), row("image", "jax", 0.1, 0.1, 10),  # small size ignored
+                       row("image", "tensorlang", 3.0, 1.2), row("image", "jax", 3.3, 1.0),
+                       row("image", "numba-hand", 1.4, 1.0),
+                       row("mlp", "tensorlang", 2.0, 0.5), row("mlp", "jax", 1.0, 0.5)]}
+    got = report.goals_13(doc)
+    assert got[0].startswith("image, n=100: 0.91x JAX's gradient (met); grad/primal 2.50 (met); 2.14x the hand")
+    assert "(MISSED, goal <= 2x)" in got[0]  # image reads a relation: 2x the hand kernel is its bound
+    assert "2.00x JAX's gradient (MISSED); grad/primal 4.00 (MISSED)" in got[1]
+    assert "<= JAX: met on 1 of 2" in got and "grad/primal <= 3: met on 1 of 2" in got
+    assert any(line.startswith("| image | n=100 |") and line.endswith("| 2.50 |") for line in report.summary(doc))
