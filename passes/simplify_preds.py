@@ -188,6 +188,15 @@ class Ctx:
         self.facts = tuple(facts)
 
     def bind(self, i, n) -> "Ctx":
+        """Enter a binder ``i < n``.  A binder may shadow an enclosing one of
+        the same index: inlining a let-bound gen under a loop whose canonical
+        index is the gen's own (rule 5.21) puts ``gen[i:m] …`` inside
+        ``gen[i:n] …``.  The enclosing ``i`` and every fact about it are then
+        out of scope: kept, a fact ``0 ≤ i - 2`` about the outer ``i`` would
+        decide the inner ``[0 ≤ i - 1]`` true and drop it."""
+        if any(j == i for j, _ in self.binds) or any(i in free_indices(f) for f in self.facts):
+            return Ctx(tuple(b for b in self.binds if b[0] != i) + ((i, n),),
+                       tuple(f for f in self.facts if i not in free_indices(f)))
         return Ctx(self.binds + ((i, n),), self.facts)
 
     def assume(self, p: Pred) -> "Ctx":

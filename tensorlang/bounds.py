@@ -211,14 +211,14 @@ def _check(expr: Expr) -> tuple:
         seen.add(key)
         match e:
             case Gen(var=i, extent=n, body=b) | Sum(var=i, extent=n, body=b):
-                stack.append((b, binders + ((i, n),), guards))
+                stack.append((b, *_enter(binders, guards, i, n)))
                 continue
             case Iverson(pred=p, body=b):
                 stack.append((b, binders, guards + (p,)))
                 continue
             case Loop(extent=n, init=e0, ivar=i, body=b):  # issue #17: t ranges over [0, T)
                 stack.append((e0, binders, guards))
-                stack.append((b, binders + ((i, n),), guards))
+                stack.append((b, *_enter(binders, guards, i, n)))
                 continue
             case Access(arr=a, index=ix):
                 c = _check_access(e, a, ix, binders, guards, facts)
@@ -233,6 +233,18 @@ def _check(expr: Expr) -> tuple:
             elif isinstance(c, tuple):
                 stack.extend((x, binders, guards) for x in c if isinstance(x, Expr))
     return tuple(out)
+
+
+def _enter(binders: tuple, guards: tuple, i, n) -> tuple:
+    """``(binders', guards')`` inside a binder ``i < n``.  A binder may shadow
+    an enclosing one of the same index (a pass that inlines a let-bound gen
+    under a loop over the same canonical index): the enclosing ``i`` and the
+    guards about it are then out of scope, and isl must not see two
+    dimensions of one name (it would read them as equal)."""
+    if any(j == i for j, _ in binders) or any(i in free_indices(g) for g in guards):
+        return (tuple(b for b in binders if b[0] != i) + ((i, n),),
+                tuple(g for g in guards if i not in free_indices(g)))
+    return binders + ((i, n),), guards
 
 
 def _relevant_context(e: Expr, binders: tuple, guards: tuple):

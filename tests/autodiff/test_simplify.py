@@ -272,3 +272,27 @@ def test_a_broadcast_under_a_false_bracket_is_not_charged():
         x0v, x1v = np.linspace(-1, 1, nn * nn).reshape(nn, nn), np.linspace(0.5, 2, mm)
         got, ref = tl.evaluate(out, x0=x0v, x1=x1v), tl.evaluate(e, x0=x0v, x1=x1v)
         np.testing.assert_allclose(got[0], ref[0], rtol=1e-12)
+
+
+def test_a_shadowing_binder_hides_the_enclosing_facts():
+    # (gen[i:m] [0 ≤ i-1]·x[i-1])[i-2] under gen[i:n] [0 ≤ i-2 ∧ i-2 < m]: both
+    # binders are the same canonical index (inlining a let-bound gen under a loop
+    # makes this).  The fact 0 ≤ i-2 is about the outer i: deciding the inner
+    # bracket with it dropped [0 ≤ i-1], and the result read x[i-3] at i = 2
+    # (found by TENSORLANG_HYPOTHESIS=explore: a jvp refused by the bounds check).
+    from tensorlang import bounds
+    from tensorlang.ir import Access, Aff, Gen
+
+    n, m = tl.size("n"), tl.size("m")
+    x = tl.tensor("x", m)
+    i = tl.gen(n, lambda k: x[0]).var
+    ai = Aff(((i, 1),), 0)
+    inner = Gen(i, m, Iverson(ai - 1 >= 0, Access(x, ai - 1)))
+    e = Gen(i, n, Iverson((ai - 2 >= 0) & (ai - 2 <= m - 1), Access(inner, ai - 2)))
+    s = simplify(e)
+    bounds.check_program(s)  # every access of the result is guarded
+    for nv, mv in ((1, 1), (3, 1), (4, 2), (6, 3), (7, 5)):
+        X = np.arange(1.0, mv + 1)
+        want = np.array([X[k - 3] if 3 <= k and k - 2 < mv else 0.0 for k in range(nv)])
+        np.testing.assert_array_equal(tl.evaluate(s, x=X, n=nv), want)
+        np.testing.assert_array_equal(tl.evaluate(e, x=X, n=nv), want)

@@ -149,3 +149,25 @@ def test_check_sizes_directly():
     bounds.check_sizes(bounds.check_program(under), {"n": 0})
     with pytest.raises(tl.InputError):
         bounds.check_sizes(bounds.check_program(under), {"n": 2})
+
+
+def test_a_shadowing_binder_is_checked_without_the_enclosing_guards():
+    # gen[i:n] [2 ≤ i]·(gen[i:n] x[i-1])[i-1]: the inner gen reads x[-1] at its own
+    # i = 0 whatever the outer guard says; the two binders are one index (as a
+    # pass that inlines a let-bound gen under a loop can make), and the guard on
+    # the outer one must not be read as a guard on the inner one
+    from tensorlang import bounds
+    from tensorlang.errors import BoundsError
+    from tensorlang.ir import Access, Aff, Gen, Iverson
+
+    n = tl.size("n")
+    x = tl.tensor("x", n)
+    i = tl.gen(n, lambda k: x[k]).var
+    ai = Aff(((i, 1),), 0)
+    bad = Gen(i, n, Iverson(ai >= 2, Access(Gen(i, n, Access(x, ai - 1)), ai - 1)))
+    with pytest.raises(BoundsError, match=r"x\[\w+ - 1\]"):
+        bounds.check_program(bad)
+    good = Gen(i, n, Iverson(ai >= 2, Access(Gen(i, n, Iverson(ai >= 1, Access(x, ai - 1))), ai - 1)))
+    bounds.check_program(good)
+    X = np.arange(1.0, 6.0)
+    np.testing.assert_array_equal(tl.evaluate(good, x=X), [0, 0, 1, 2, 3])
