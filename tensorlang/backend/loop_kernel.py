@@ -12,8 +12,10 @@ between them as kernels.
 A whole sweep runs in one Numba call (``step_programs.py``): the
 checkpoint schedule becomes a table of instructions, run by a loop compiled
 next to a variant of the body's kernel that writes into a buffer it is
-given, so the state (a tensor or nested pairs of tensors: one buffer set
-per leaf) is double-buffered and no step allocates or returns to Python.
+given, so the state (a tensor or nested pairs of tensors: a pool of
+buffers per leaf type) is double-buffered and no step allocates or returns
+to Python; a leaf the body carries over unchanged (a pair state's
+``(u_prev, u) -> (u, u_next)``) shares its buffer instead of being copied.
 The inputs are validated once (names, shapes, sizes, finiteness).  With
 ``threads=k`` (k > 1) the programs call the kernels' parallel variants.
 Where this does not apply (a scalar leaf in the state, float32 inputs,

@@ -4,7 +4,9 @@ The checkpoint schedule (``loops.schedule``) becomes an int64 table of
 instructions over state buffers, run by a loop (``fwd_prog`` / ``rev_prog``)
 compiled next to a variant of the body's kernel (or its adjoint's) that
 writes the state's leaves into buffers it is given: the state is
-double-buffered and no step allocates or returns to Python.  Used by
+double-buffered (a leaf carried over unchanged shares its buffer, reference
+counted when the table is compiled) and no step allocates or returns to
+Python.  Used by
 ``loop_kernel.LoopProgram`` (the primal) and ``loop_autodiff`` (the reverse
 sweep); the section comment below gives the table's format.
 """
