@@ -86,16 +86,30 @@ def compile_schedule(sch, T: int, groups=(0,), alias=()):
         if old is not None:
             drop(old)
 
+    def leave(name):
+        """``cur`` moves off ``name``: a restored slot after its last use is dropped."""
+        if name == "r":
+            drop(maps.pop("r"))
+
+    # a slot's buffers are free after its last restore (``"r"`` holds them
+    # for the step that reads them): a segment's checkpoint is reused once
+    # the segment is reversed
+    last = {a[1]: i for i, a in enumerate(sch.actions) if a[0] == "restore"}
     maps: dict = {"in": tuple(-1 - k for k in range(L))}
     fwd: list = []
     code, cur, final = fwd, "in", None
-    for a in sch.actions:
+    for idx, a in enumerate(sch.actions):
         op = a[0]
         if op == "store":
             if cur != a[1]:
                 put(a[1], maps[cur])
         elif op == "restore":
-            cur = a[1]
+            if cur != a[1]:
+                leave(cur)
+                cur = a[1]
+            if last[a[1]] == idx and a[1] in maps:
+                maps["r"] = maps.pop(a[1])  # (its references move with it)
+                cur = "r"
         elif op == "advance":
             for t in range(a[1], a[2]):
                 dst = "y" if cur == "x" else "x"
@@ -107,6 +121,7 @@ def compile_schedule(sch, T: int, groups=(0,), alias=()):
                 hold(new)
                 maps[dst] = new
                 code.append([FWD, t, *src, *new])
+                leave(cur)
                 cur = dst
         elif op == "final":
             final = maps[cur]
