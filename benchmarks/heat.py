@@ -13,8 +13,12 @@ Two uses:
 * ``python -m benchmarks.heat [--quick]`` measures what the issue asks:
   gradient/primal time for ``checkpoint="all"`` and ``k = √T``, the stored
   states of each policy, build+compile time at ``T = 10`` and ``T = 10000``
-  (fresh kernel caches, separate processes), and a JAX ``lax.fori_loop``
-  peer when JAX is installed.
+  (fresh kernel caches, separate processes), and JAX peers when JAX is
+  installed: ``lax.fori_loop`` (T stored states) and JAX's idiom for
+  ``k = √T`` checkpointing (``jax_sqrt_loop``: a ``jax.checkpoint``-ed inner
+  scan per segment), in time and (``--memory``) peak memory; ``--pin 1``
+  confines the run and its children to one core, as ``benchmarks/worker.py``
+  does for the suite.
 """
 
 from __future__ import annotations
