@@ -13,8 +13,12 @@ Two uses:
 * ``python -m benchmarks.heat [--quick]`` measures what the issue asks:
   gradient/primal time for ``checkpoint="all"`` and ``k = √T``, the stored
   states of each policy, build+compile time at ``T = 10`` and ``T = 10000``
-  (fresh kernel caches, separate processes), and a JAX ``lax.fori_loop``
-  peer when JAX is installed.
+  (fresh kernel caches, separate processes), and JAX peers when JAX is
+  installed: ``lax.fori_loop`` (T stored states) and JAX's idiom for
+  ``k = √T`` checkpointing (``jax_sqrt_loop``: a ``jax.checkpoint``-ed inner
+  scan per segment), in time and (``--memory``) peak memory; ``--pin 1``
+  confines the run and its children to one core, as ``benchmarks/worker.py``
+  does for the suite.
 """
 
 from __future__ import annotations
@@ -241,12 +245,12 @@ def measure_steps(n: int, T: int, repeats: int) -> dict:
         ph = LK.build_value(sp.state.type, list(s0l))
         rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, rev.dstate: ph}, sizes, LK.t_name(sp),
                                LK.row_sources(sp, sizes))
-        slots, fcode, rcode, _ = LA._tables(normalize_checkpoint(ck), T)
-        bufs = [np.empty((slots + 2,) + x.shape) for x in s0l]
-        pcode, _ = LK.forward_table(T)
-        pbufs = [np.empty((2,) + x.shape) for x in s0l]
+        fcode, rcode, _, npool = LA._tables(normalize_checkpoint(ck), T, fp.groups, fp.alias)
+        bufs = LK.make_pools(fp.groups, s0l, npool)
+        pcode, _, ppool = LK.forward_table(T, fp.groups, fp.alias)
+        pbufs = LK.make_pools(fp.groups, s0l, ppool)
         hot = rcode.copy()
-        hot[:, 2] = np.where(hot[:, 0] == LK.REV, 0, hot[:, 2])
+        hot[:, 2] = np.where(hot[:, 0] == LK.REV, 0, hot[:, 2])  # (a one-leaf state: column 2 is its buffer)
 
         def rsweep(code):
             ds = [np.ones_like(x) for x in s0l]
@@ -289,7 +293,13 @@ def measure_jax(n: int, T: int, repeats: int) -> dict:
         uT, _ = jax.lax.scan(step, u0, None, length=T)
         return jnp.sum((uT - z) ** 2)
 
+    def loss_sqrt(u0, kappa, z):  # JAX's idiom for sqrt(T) checkpointing: a checkpointed inner scan per segment
+        uT = jax_sqrt_loop(lambda u: u + kappa * lap(u), u0, T)
+        return jnp.sum((uT - z) ** 2)
+
     args = (jnp.asarray(d["u0"]), jnp.asarray(d["kappa"]), jnp.asarray(d["z"]))
+    gs = jax.jit(jax.grad(loss_sqrt, argnums=(0, 1)))
+    tgs, tgsm, tgscpu = _times(lambda: jax.block_until_ready(gs(*args)), repeats)
     f = jax.jit(loss)
     g = jax.jit(jax.grad(loss, argnums=(0, 1)))
     gc = jax.jit(jax.grad(loss_ck, argnums=(0, 1)))
@@ -300,9 +310,32 @@ def measure_jax(n: int, T: int, repeats: int) -> dict:
     if want is not None:
         gu = np.asarray(g(*args)[0])
         assert np.abs(gu - want["u0"]).max() < 1e-8 * max(1.0, np.abs(want["u0"]).max())
+    if want is not None:
+        gu = np.asarray(gs(*args)[0])
+        assert np.abs(gu - want["u0"]).max() < 1e-8 * max(1.0, np.abs(want["u0"]).max())
     return {"primal_s": tp, "grad_s": tg, "ratio": tg / tp, "grad_remat_step_s": tgc,
+            "grad_sqrt_s": tgs, "grad_sqrt_median_s": tgsm, "grad_sqrt_cpu_s": tgscpu,
+            "ratio_sqrt": tgs / tp, "stored_states_sqrt": 2 * math.isqrt(T),
             "primal_median_s": tpm, "grad_median_s": tgm, "primal_cpu_s": tpc, "grad_cpu_s": tgcpu,
             "stored_states_fori_loop": T, "note": "jax.grad of fori_loop keeps every step's residuals (T states)"}
+
+
+def jax_sqrt_loop(step, u0, T: int):
+    """``T`` steps of ``step`` under JAX's idiom for sqrt(T) checkpointing: an
+    outer ``lax.scan`` over segments of ``k = isqrt(T)`` steps whose body, the
+    inner scan, is ``jax.checkpoint``-ed (the outer carries are stored, each
+    segment recomputed in the reverse pass), then the remaining ``T - k²`` steps."""
+    import jax
+
+    k = max(1, math.isqrt(T))
+
+    def inner(u):
+        return jax.lax.scan(lambda v, _: (step(v), None), u, None, length=k)[0]
+
+    seg = jax.checkpoint(inner)
+    u, _ = jax.lax.scan(lambda v, _: (seg(v), None), u0, None, length=T // k)
+    rest = T - (T // k) * k
+    return jax.lax.scan(lambda v, _: (step(v), None), u, None, length=rest)[0] if rest else u
 
 
 _BUILD_CHILD = """
@@ -331,12 +364,21 @@ import numpy as np
 from benchmarks.heat import data, program
 which, n, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 d = data({"n": n, "T": T}, np.random.default_rng(0))
-if which == "jax":
+if which.startswith("jax"):
     import jax, jax.numpy as jnp
     from benchmarks.heat import jax_spec
     jax.config.update("jax_enable_x64", True)
     loss, args, argnums, _ = jax_spec(d)
     args = [jnp.asarray(a) for a in args]
+    if which == "jax-sqrt":  # the same step, JAX's sqrt(T) idiom (jax_sqrt_loop)
+        import math
+        from benchmarks.heat import jax_sqrt_loop, KAPPA
+        T_ = T
+        def lap(u):
+            p = jnp.pad(u, 1)
+            return p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:] - 4.0 * u
+        def loss(u0, kappa, z):
+            return jnp.sum((jax_sqrt_loop(lambda u: u + kappa * lap(u), u0, T_) - z) ** 2)
     g = jax.jit(jax.grad(loss, argnums=argnums)).lower(*args).compile()  # compiled ahead, not run
     run = lambda: jax.block_until_ready(g(*args))
 else:
@@ -368,7 +410,7 @@ def measure_memory(n: int, T: int) -> list:
     JAX ``fori_loop``."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = []
-    for which in ("all", str(max(1, math.isqrt(T))), "jax"):
+    for which in ("all", str(max(1, math.isqrt(T))), "jax", "jax-sqrt"):
         r = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, which, str(n), str(T)], cwd=root,
                            capture_output=True, text=True, timeout=600)
         if r.returncode:
@@ -406,7 +448,12 @@ def main(argv=None) -> int:
     p.add_argument("--no-build", action="store_true", help="skip the build-time measurement")
     p.add_argument("--memory", action="store_true", help="also the peak memory of one gradient call (fresh processes)")
     p.add_argument("--steps", action="store_true", help="also the step programs' microseconds per step (measure_steps)")
+    p.add_argument("--pin", type=int, default=0, help="confine the process (and its children) to this many cores (worker.pin_cores)")
     a = p.parse_args(argv)
+    if a.pin and hasattr(os, "sched_getaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        if 0 < a.pin < len(cores):
+            os.sched_setaffinity(0, cores[:a.pin])
     n = a.n or (32 if a.quick else 256)
     T = a.T or (50 if a.quick else 1000)
     res = {"load_average": os.getloadavg(), "tensorlang": measure_policies(n, T, a.repeats),

@@ -147,8 +147,8 @@ class _Reverse:
         return self._rprog
 
     def _buffers(self, k: int, shape):
-        """State leaf ``k``'s checkpoint slots and two scratch states: one
-        float64 array, kept per thread for the next call of the same shape
+        """Pool ``k`` of the state's leaf buffers (checkpoints and scratch
+        states, ``step_programs.make_pools``): one float64 array, kept per thread for the next call of the same shape
         (fresh memory costs page faults comparable to the sweep's arithmetic)."""
         pool = getattr(self._pool, "bufs", None)
         if pool is None:
@@ -189,11 +189,13 @@ class _Reverse:
                                LK.row_sources(sp, sizes))
         if rargs is None:
             return None
-        slots, fcode, rcode, final = _tables(policy, T)
-        bufs = [self._buffers(k, (slots + 2,) + x.shape) for k, x in enumerate(s0l)]
-        lp.step_program().run("fwd_prog", lp.threads, fcode, *s0l, *bufs, *fargs)
+        fp = lp.step_program()
+        fcode, rcode, final, npool = _tables(policy, T, fp.groups, fp.alias)
+        bufs = LK.make_pools(fp.groups, s0l, npool, self._buffers)
+        fp.run("fwd_prog", lp.threads, fcode, *s0l, *bufs, *fargs)
         # (the buffers are reused: the value must not be one)
-        value, ds = finish(LK.build_value(sp.state.type, [b[final].copy() for b in bufs]))
+        value, ds = finish(LK.build_value(sp.state.type, [LK.leaf_value(bufs, fp.groups, s0l, k, p, copy=True)
+                                                          for k, p in enumerate(final)]))
         # carried and overwritten: private copies
         dsl = [np.array(LK.leaf(ds, p), dtype=np.float64, order="C") for p, _ in leaves]
         xs_ = rdrv_xs(self)
@@ -346,20 +348,21 @@ KEEP_BUFFER_BYTES = 1 << 30
 _TABLES: dict = {}
 
 
-def _tables(policy, T: int):
-    """``(slots, forward table, reverse table, buffer of s_T)``:
-    ``loop_kernel.compile_schedule`` of a policy's schedule at ``T`` steps,
+def _tables(policy, T: int, groups=(0,), alias=()):
+    """``(forward table, reverse table, s_T's buffers, pool sizes)``:
+    ``loop_kernel.compile_schedule`` of a policy's schedule at ``T`` steps
+    (``groups``, ``alias``: the body's step kernel's),
     remembered (a few entries; the schedule's action list itself is not
     kept: building it took 1 ms per gradient at T = 1000, 1% of heat's)."""
     from .backend.loop_kernel import compile_schedule
 
-    key = (policy, T)
+    key = (policy, T, tuple(groups), tuple(alias))
     got = _TABLES.get(key)
     if got is None:
         if len(_TABLES) > 32:
             _TABLES.clear()
         sch = schedule(policy, T)
-        got = _TABLES[key] = (sch.slots,) + compile_schedule(sch, T)
+        got = _TABLES[key] = compile_schedule(sch, T, groups, alias)
     return got
 
 

@@ -12,8 +12,10 @@ between them as kernels.
 A whole sweep runs in one Numba call (``step_programs.py``): the
 checkpoint schedule becomes a table of instructions, run by a loop compiled
 next to a variant of the body's kernel that writes into a buffer it is
-given, so the state (a tensor or nested pairs of tensors: one buffer set
-per leaf) is double-buffered and no step allocates or returns to Python.
+given, so the state (a tensor or nested pairs of tensors: a pool of
+buffers per leaf type) is double-buffered and no step allocates or returns
+to Python; a leaf the body carries over unchanged (a pair state's
+``(u_prev, u) -> (u, u_next)``) shares its buffer instead of being copied.
 The inputs are validated once (names, shapes, sizes, finiteness).  With
 ``threads=k`` (k > 1) the programs call the kernels' parallel variants.
 Where this does not apply (a scalar leaf in the state, float32 inputs,
@@ -31,7 +33,6 @@ from ..loops import Split, has_loop, row_at, split, t_value
 from ..typecheck import check_program
 # the step programs (their own module); names re-exported for loop_autodiff and the tests
 from .step_programs import (  # noqa: F401
-    COPY,
     FWD,
     IN,
     REV,
@@ -43,6 +44,8 @@ from .step_programs import (  # noqa: F401
     forward_table,
     kernel_args,
     leaf,
+    leaf_value,
+    make_pools,
     out_buffer_ir,
     precision_of,
     result_leaves,
@@ -210,12 +213,13 @@ class LoopProgram:
         self.invariants(values, sizes, T)
         got = self.table_args(values, sizes, s0) if T >= DRIVER_MIN_STEPS else None
         if got is not None:
-            # the whole run in one Numba call, alternating between two buffers per leaf
+            # the whole run in one Numba call, alternating between scratch buffers
             s0l, args = got
-            code, loc = forward_table(T)
-            bufs = [np.empty((2,) + x.shape) for x in s0l]
-            self.step_program().run("fwd_prog", self.threads, code, *s0l, *bufs, *args)
-            s = build_value(self.sp.state.type, [b[loc] for b in bufs])
+            fp = self.step_program()
+            code, final, npool = forward_table(T, fp.groups, fp.alias)
+            pools = make_pools(fp.groups, s0l, npool)
+            fp.run("fwd_prog", self.threads, code, *s0l, *pools, *args)
+            s = build_value(self.sp.state.type, [leaf_value(pools, fp.groups, s0l, k, p) for k, p in enumerate(final)])
         else:
             s = self.advance(values, sizes, s0, 0, T)
         values[self.sp.final.name] = s

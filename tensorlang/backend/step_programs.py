@@ -4,7 +4,9 @@ The checkpoint schedule (``loops.schedule``) becomes an int64 table of
 instructions over state buffers, run by a loop (``fwd_prog`` / ``rev_prog``)
 compiled next to a variant of the body's kernel (or its adjoint's) that
 writes the state's leaves into buffers it is given: the state is
-double-buffered and no step allocates or returns to Python.  Used by
+double-buffered (a leaf carried over unchanged shares its buffer, reference
+counted when the table is compiled) and no step allocates or returns to
+Python.  Used by
 ``loop_kernel.LoopProgram`` (the primal) and ``loop_autodiff`` (the reverse
 sweep); the section comment below gives the table's format.
 """
@@ -19,74 +21,155 @@ from ..ir import TensorT
 from ..loops import Split, row_at
 
 # # A schedule (``loops.schedule``) is compiled once per (policy, T) into an
-# int64 table of instructions over numbered state buffers: slots ``0 … S-1``
-# (the checkpoints), two scratch buffers ``S`` and ``S+1``, and ``IN``
-# (-1: the initial state, only read).  ``FWD t src dst``: one step of the
-# body from buffer ``src`` into ``dst``; ``COPY src dst``; ``REV t src``: one
-# adjoint step at the state in ``src``.  The body's kernel writes into the
-# buffer it is given (:func:`out_buffer_ir`), so no step allocates: the
-# primal alternates between the two scratch buffers, and a step whose result
-# is stored next writes straight into its checkpoint slot (``"all"`` stores
-# without a copy).  The table is run by ``fwd_prog`` / ``rev_prog``, loops
-# generated next to the body's and the adjoint's kernels: no Python per step.
+# int64 table of instructions over physical state buffers.  Each state leaf
+# has a pool (one per distinct leaf type, an ``(P, *shape)`` array) and a
+# logical state (a checkpoint slot, one of two scratch states, or the
+# initial state) is a tuple of physical indices, one per leaf; ``-1 - i``
+# names the initial state's leaf ``i`` (the caller's array, only read).
+# A row is ``op, t, src_0 … src_{L-1}, dst_0 … dst_{L-1}``: ``FWD``: one
+# step of the body from the leaves ``src`` into ``dst``; ``REV``: one
+# adjoint step at the state ``src`` (``dst`` unused, -1).  Storing or
+# restoring a state emits nothing: the slot takes the current state's
+# indices (reference counted at table-compile time, so a buffer is written
+# only when no logical state still holds it).  A leaf the body returns
+# unchanged from another leaf (the wave equation's ``(u_prev, u) -> (u,
+# u_next)``: ``alias``) is not copied either: the new state shares that
+# buffer, so each step writes one new leaf and ``"all"`` stores each
+# ``u_t`` once, not twice.  The body's kernel writes into the buffer it is
+# given (:func:`out_buffer_ir`), so no step allocates.  The table is run by
+# ``fwd_prog`` / ``rev_prog``, loops generated next to the body's and the
+# adjoint's kernels: no Python per step.
 
 IN = -1
-FWD, COPY, REV = 0, 1, 2
-STEP_VERSION = "s4-steps-3"  # in the step modules' cache keys
+FWD, REV = 0, 2
+STEP_VERSION = "s8-steps-4"  # in the step modules' cache keys
 
 
-def compile_schedule(sch, T: int):
-    """``(forward table, reverse table, buffer of s_T)`` of a ``loops.Schedule``
-    (comment above); the tables are ``(m, 4)`` int64 arrays ``op, t, src, dst``."""
-    S = sch.slots
-    X, Y = S, S + 1
+def compile_schedule(sch, T: int, groups=(0,), alias=()):
+    """``(forward table, reverse table, final, pools)`` of a
+    ``loops.Schedule`` (comment above): the tables are ``(m, 2 + 2L)``
+    int64 arrays, ``final`` the physical indices of ``s_T``'s leaves,
+    ``pools`` the number of buffers of each group.  ``groups``: each
+    leaf's pool; ``alias``: ``(j, i)`` pairs, result leaf ``j`` is the
+    input's leaf ``i`` as is (same group)."""
+    import heapq
+
+    L = len(groups)
+    alias = dict(alias)
+    refs: dict = {}
+    free: dict = {g: [] for g in groups}
+    top: dict = {g: 0 for g in groups}
+
+    def hold(m):
+        for k, p in enumerate(m):
+            if p >= 0:
+                refs[groups[k], p] = refs.get((groups[k], p), 0) + 1
+
+    def drop(m):
+        for k, p in enumerate(m):
+            if p >= 0:
+                key = (groups[k], p)
+                refs[key] -= 1
+                if refs[key] == 0:
+                    heapq.heappush(free[groups[k]], p)
+
+    def fresh(g):
+        if free[g]:
+            return heapq.heappop(free[g])
+        top[g] += 1
+        return top[g] - 1
+
+    def put(name, m):
+        hold(m)  # before the old one goes: the two may share buffers
+        old = maps.get(name)
+        maps[name] = m
+        if old is not None:
+            drop(old)
+
+    def leave(name):
+        """``cur`` moves off ``name``: a restored slot after its last use is dropped."""
+        if name == "r":
+            drop(maps.pop("r"))
+
+    # a slot's buffers are free after its last restore (``"r"`` holds them
+    # for the step that reads them): a segment's checkpoint is reused once
+    # the segment is reversed
+    last = {a[1]: i for i, a in enumerate(sch.actions) if a[0] == "restore"}
+    maps: dict = {"in": tuple(-1 - k for k in range(L))}
     fwd: list = []
-    code = fwd
-    cur = IN
-    final = None
-    for a in sch.actions:
+    code, cur, final = fwd, "in", None
+    for idx, a in enumerate(sch.actions):
         op = a[0]
         if op == "store":
-            slot = a[1]
-            if cur == slot:
-                continue
-            last = code[-1] if code else None
-            if last is not None and last[0] == FWD and last[3] == cur and cur in (X, Y) and last[2] != slot:
-                last[3] = slot  # the step writes its result straight into the slot
-            else:
-                code.append([COPY, -1, cur, slot])
-            cur = slot
+            if cur != a[1]:
+                put(a[1], maps[cur])
         elif op == "restore":
-            cur = a[1]
+            if cur != a[1]:
+                leave(cur)
+                cur = a[1]
+            if last[a[1]] == idx and a[1] in maps:
+                maps["r"] = maps.pop(a[1])  # (its references move with it)
+                cur = "r"
         elif op == "advance":
             for t in range(a[1], a[2]):
-                dst = Y if cur == X else X
-                code.append([FWD, t, cur, dst])
+                dst = "y" if cur == "x" else "x"
+                src = maps[cur]
+                old = maps.pop(dst, None)
+                if old is not None:
+                    drop(old)  # first: the step may write into a buffer only dst held
+                new = tuple(src[alias[k]] if k in alias else fresh(groups[k]) for k in range(L))
+                hold(new)
+                maps[dst] = new
+                code.append([FWD, t, *src, *new])
+                leave(cur)
                 cur = dst
         elif op == "final":
-            final = cur
+            final = maps[cur]
             code = []
             rev = code
         else:
-            code.append([REV, a[1], cur, -1])
+            code.append([REV, a[1], *maps[cur], *([-1] * L)])
     if final is None:
         raise AssertionError("internal: a schedule without its final action")
-    tables = tuple(np.array(c, dtype=np.int64).reshape(-1, 4) for c in (fwd, rev))
-    return tables[0], tables[1], final
+    tables = tuple(np.array(c, dtype=np.int64).reshape(-1, 2 + 2 * L) for c in (fwd, rev))
+    pools = [top[g] for g in sorted(set(groups))]
+    return tables[0], tables[1], final, pools
 
 
 @functools.lru_cache(maxsize=16)
-def forward_table(T: int):
-    """The primal's table: ``T`` steps from ``IN`` alternating between the
-    scratch buffers 0 and 1 (remembered: building it costs about a
-    microsecond per step; callers never write into it)."""
-    code = np.empty((T, 4), dtype=np.int64)
-    cur = IN
-    for t in range(T):
-        dst = 1 if cur == 0 else 0
-        code[t] = (FWD, t, cur, dst)
-        cur = dst
-    return code, cur
+def forward_table(T: int, groups=(0,), alias=()):
+    """``(table, final, pools)`` of the primal: ``T`` steps from the initial
+    state between scratch states (remembered: building it costs a few
+    microseconds per step; callers never write into it)."""
+    from ..loops import Schedule
+
+    fwd, _, final, pools = compile_schedule(Schedule([("advance", 0, T), ("final",)], 0, T), T, groups, alias)
+    return fwd, final, pools
+
+
+def leaf_groups(leaves) -> tuple:
+    """Each state leaf's pool: leaves of equal type (extents) share one."""
+    keys: list = []
+    out = []
+    for _, t in leaves:
+        k = _dims(t)
+        if k not in keys:
+            keys.append(k)
+        out.append(keys.index(k))
+    return tuple(out)
+
+
+def make_pools(groups, s0l, counts, alloc=None) -> list:
+    """One ``(count, *shape)`` float64 array per group (``alloc(g, shape)``: a kept one)."""
+    first = {g: s0l[k] for k, g in reversed(list(enumerate(groups)))}
+    alloc = alloc or (lambda g, shape: np.empty(shape))
+    return [alloc(g, (max(1, c),) + first[g].shape) for g, c in enumerate(counts)]
+
+
+def leaf_value(pools, groups, s0l, k: int, p: int, copy: bool = False):
+    """Leaf ``k`` at physical index ``p`` (``-1 - i``: the initial state's leaf ``i``)."""
+    x = pools[groups[k]][p] if p >= 0 else s0l[-1 - p]
+    return x.copy() if copy or p < 0 else x
 
 
 def state_leaves(t, path=()):
@@ -201,6 +284,9 @@ class StepKernel:
         self.module, self.key, self.base = module, key, base  # base: the kernel's own spec (no buffers)
         # the state leaves the kernel writes into buffers, and those it returns as inputs (copied)
         self.pooled, self.copied = spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"]
+        # (j, i): result leaf j is the state's leaf i as is (the tables alias it: no copy)
+        self.alias = tuple((int(j), int(i)) for j, i in spec2.get("loop_alias_leaves", []))
+        self.groups = tuple(spec2.get("loop_groups", ()))  # each state leaf's pool (leaf_groups)
         self.par = hasattr(module, "fwd_prog_par") or hasattr(module, "rev_prog_par")
 
     def run(self, name: str, threads, *args):
@@ -221,10 +307,13 @@ class StepKernel:
             numba.set_num_threads(old)
 
     @classmethod
-    def build(cls, kernel, positions, leaves, make_src, imports: str = ""):
-        """``make_src(buffer positions, copied positions, par)`` gives the
-        program's source; ``par``: the variant calling ``kernel_parallel``
-        (its gen loops ``prange``), defined when the kernel has one."""
+    def build(cls, kernel, positions, leaves, make_src, imports: str = "", state=None):
+        """``make_src(buffer positions, copied positions, aliased, par)``
+        gives the program's source; ``aliased``: ``{j: i}``, the copied
+        result leaves that are the state's (named ``state``) leaf ``i`` as
+        is, shared by the tables rather than copied; ``par``: the variant
+        calling ``kernel_parallel`` (its gen loops ``prange``), defined when
+        the kernel has one."""
         import hashlib
 
         from . import cache as _cache
@@ -235,7 +324,7 @@ class StepKernel:
         if (var.key is None or spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
                 or spec.get("sparse_outputs") or spec.get("relation_orders")):
             return None
-        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{positions}|{imports}|{make_src(None, None, False)}".encode())
+        key = hashlib.sha256(f"{var.key}|{STEP_VERSION}|{positions}|{imports}|{state}|{make_src(None, None, None, False)}".encode())
         key = key.hexdigest()[:40]
         got = _cache.load(key)
         if got is not None:
@@ -248,13 +337,24 @@ class StepKernel:
             _cache.store(key, source(ir, "float64"), spec2)
             return None
         ir2, names, copied = made
+        # a copied result is an input returned as is: which state leaf, if any
+        nsz = len(spec["sizes"])
+        paths = {tuple(p): i for i, (p, _) in enumerate(leaves)}
+        aliased = {}
+        for j in copied:
+            m = ir.args.index(ir.results[positions[j]]) - nsz
+            nm, path, _ = spec["inputs"][m] if 0 <= m < len(spec["inputs"]) else (None, (), 0)
+            if state is not None and nm == state and tuple(path) in paths:
+                aliased[j] = paths[tuple(path)]
+        spec2["loop_alias_leaves"] = sorted(aliased.items())
+        spec2["loop_groups"] = list(leaf_groups(leaves))
         pooled = [j for j in range(len(positions)) if j not in copied]
         spec2["temporaries"] = list(spec.get("temporaries", [])) + [[nm, _dims(leaves[j][1])] for nm, j in zip(names, pooled)]
         spec2["loop_pooled_leaves"], spec2["loop_copied_leaves"] = pooled, list(copied)
         text = (source(ir2, "float64") + imports + "\n# -- step program (tensorlang.backend.step_programs) --\n"
-                "@numba.njit(**_OPTS)\n" + make_src(pooled, copied, False))
+                "@numba.njit(**_OPTS)\n" + make_src(pooled, copied, aliased, False))
         if has_parallel(ir2):
-            text += "\n@numba.njit(**_OPTS)\n" + make_src(pooled, copied, True)
+            text += "\n@numba.njit(**_OPTS)\n" + make_src(pooled, copied, aliased, True)
         return cls(_cache.store(key, text, spec2), key, spec, spec2)
 
 
@@ -263,20 +363,34 @@ def _usable(part) -> bool:
         hasattr(part.fn, "variant") and not part.fn.python
 
 
-def _select(L: int, ind: str) -> list:
-    """The current state's leaves ``a<k>``: the initial state's or a buffer's."""
-    return ([f"{ind}if src < 0:"] + [f"{ind}    a{k} = s{k}" for k in range(L)] + [f"{ind}else:"]
-            + [f"{ind}    a{k} = bufs{k}[src]" for k in range(L)])
+def _select(groups, ind: str) -> list:
+    """The current state's leaves ``a<k>``: column ``2 + k`` of the table
+    row, a buffer of leaf k's pool or (``-1 - i``) the initial state's leaf
+    ``i`` of the same group."""
+    lines = []
+    for k, g in enumerate(groups):
+        same = [i for i, h in enumerate(groups) if h == g]
+        lines += [f"{ind}p = code[q, {2 + k}]", f"{ind}if p >= 0:", f"{ind}    a{k} = pool{g}[p]"]
+        for i in same[:-1]:
+            lines += [f"{ind}elif p == {-1 - i}:", f"{ind}    a{k} = s{i}"]
+        lines += [f"{ind}else:", f"{ind}    a{k} = s{same[-1]}"]
+    return lines
 
 
-def _copies(L: int, ind: str, src: str, dst: str) -> list:
-    return [line for k in range(L) for line in (f"{ind}b = {dst.format(k=k)}", f"{ind}b[...] = {src.format(k=k)}")]
+def _dst(groups, k: int) -> str:
+    """Leaf ``k``'s output buffer of a FWD row."""
+    return f"pool{groups[k]}[code[q, {2 + len(groups) + k}]]"
+
+
+def _pools(groups) -> str:
+    return "".join(f"pool{g}, " for g in sorted(set(groups)))
 
 
 def forward_program(part, sp: Split):
-    """The body's step kernel with ``fwd_prog(code, s…, bufs…, z…)`` (the
-    table's FWD and COPY instructions; one ``s``/``bufs`` per state leaf), or
-    None where it does not apply (a scalar leaf in the state, relations)."""
+    """The body's step kernel with ``fwd_prog(code, s…, pool…, z…)`` (the
+    table's FWD instructions; one ``s`` per state leaf, one ``pool`` per
+    group, ``leaf_groups``), or None where it does not apply (a scalar leaf
+    in the state, relations)."""
     leaves = state_leaves(sp.state.type)
     if leaves is None or not _usable(part):
         return None
@@ -285,33 +399,32 @@ def forward_program(part, sp: Split):
     L = len(leaves)
     if pos is None:
         return None
+    groups = leaf_groups(leaves)
 
-    def make_src(pooled, copied, par):
+    def make_src(pooled, copied, aliased, par):
         names = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
-        zs, call = _call(spec, names, t_name(sp), [f"bufs{k}[dst]" for k in (pooled or [])] + (["nthreads"] if par else []),
+        zs, call = _call(spec, names, t_name(sp), [_dst(groups, k) for k in (pooled or [])] + (["nthreads"] if par else []),
                          rows=row_sources(sp, None))
         lines = [f"def fwd_prog{'_par' if par else ''}(code, {''.join(f's{k}, ' for k in range(L))}"
-                 f"{''.join(f'bufs{k}, ' for k in range(L))}{', '.join(zs)}{', nthreads' if par else ''}):",
+                 f"{_pools(groups)}{', '.join(zs)}{', nthreads' if par else ''}):",
                  "    for q in range(code.shape[0]):",
-                 "        t = code[q, 1]",
-                 "        src = code[q, 2]",
-                 "        dst = code[q, 3]"]
-        lines += _select(L, "        ")
+                 "        t = code[q, 1]"]
+        lines += _select(groups, "        ")
         kern = "kernel_parallel" if par else "kernel_serial"
-        lines += [f"        if code[q, 0] == {FWD}:", f"            res = {kern}({', '.join(call)})"]
-        lines += [line for k in (copied or []) for line in (
-            f"            b = bufs{k}[dst]", f"            b[...] = res[{pos[k]}]")]
-        lines += ["        else:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
+        lines += [f"        res = {kern}({', '.join(call)})"]
+        # a leaf returned from an input other than the state's same leaf is copied (an aliased one is shared)
+        lines += [line for k in (copied or []) if k not in (aliased or {}) for line in (
+            f"        b = {_dst(groups, k)}", f"        b[...] = res[{pos[k]}]")]
         lines.append("    return 0")
         return "\n".join(lines) + "\n"
 
-    return StepKernel.build(part.fn, pos, leaves, make_src)
+    return StepKernel.build(part.fn, pos, leaves, make_src, state=sp.state.name)
 
 
 def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
     """The body adjoint's step kernel (the state's cotangent leaves written
-    into buffers) with ``rev_prog(code, s…, bufs…, ds…, dsb…, accs…, zf…,
-    za…)`` running FWD, COPY and REV instructions (the body's steps through
+    into buffers) with ``rev_prog(code, s…, pool…, ds…, dsb…, accs…, zf…,
+    za…)`` running FWD and REV instructions (the body's steps through
     ``fwd``'s module), or None.  ``wrt``: the adjoint's inputs in output
     order, the state first; the inputs' cotangents accumulate in the order
     ``t = T-1 … 0`` (``acc + step``; a row input's into row ``t`` of its
@@ -345,6 +458,8 @@ def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
     fnames = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
     anames = {**fnames, **{(dstate, p): f"ds{k}" for k, (p, _) in enumerate(leaves)}}
     fpos = result_leaves(fwd.base["outputs"], leaves)
+    groups = leaf_groups(leaves)
+    faliased = dict(fwd.alias)
 
     def acc_row(j):
         nm = wrt[j + 1].name
@@ -353,24 +468,23 @@ def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
         p = fparam[nm]
         return f"[{p}[1] + t]" if rowset[nm][1] == 1 else f"[{p}[1] - t]"
 
-    def make_src(pooled, copied, par):
+    def make_src(pooled, copied, aliased, par):
         fpar = par and fwd.par
-        zf, fcall = _call(fwd.base, fnames, t_name(sp), [f"bufs{k}[dst]" for k in fwd.pooled] + (["nthreads"] if fpar else []),
+        zf, fcall = _call(fwd.base, fnames, t_name(sp), [_dst(groups, k) for k in fwd.pooled] + (["nthreads"] if fpar else []),
                           prefix="f", rows=rowset)
         za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])] + (["nthreads"] if par else []),
                           rows=rowset)
-        head = "".join(f"{x}{k}, " for x in ("s", "bufs", "ds", "dsb") for k in range(L))
+        head = "".join(f"s{k}, " for k in range(L)) + _pools(groups)
+        head += "".join(f"{x}{k}, " for x in ("ds", "dsb") for k in range(L))
         lines = [f"def rev_prog{'_par' if par else ''}(code, {head}{''.join(a + ', ' for a in accs)}"
                  f"{', '.join(zf + za)}{', nthreads' if par else ''}):",
                  "    for q in range(code.shape[0]):",
                  "        op = code[q, 0]",
-                 "        t = code[q, 1]",
-                 "        src = code[q, 2]",
-                 "        dst = code[q, 3]"]
-        lines += _select(L, "        ")
+                 "        t = code[q, 1]"]
+        lines += _select(groups, "        ")
         lines += [f"        if op == {FWD}:", f"            fres = _body_step{'_par' if fpar else ''}({', '.join(fcall)})"]
-        lines += [line for k in fwd.copied for line in (f"            b = bufs{k}[dst]", f"            b[...] = fres[{fpos[k]}]")]
-        lines += [f"        elif op == {COPY}:"] + _copies(L, "            ", "a{k}", "bufs{k}[dst]")
+        lines += [line for k in fwd.copied if k not in faliased
+                  for line in (f"            b = {_dst(groups, k)}", f"            b[...] = fres[{fpos[k]}]")]
         lines += ["        else:", f"            res = {'kernel_parallel' if par else 'kernel_serial'}({', '.join(acall)})"]
         # in place for arrays (the caller's private accumulators): acc + step, as added before
         # a row input's cotangent (loops.row_inputs) goes into row t of the whole input's: one row per step

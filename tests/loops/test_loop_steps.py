@@ -20,51 +20,97 @@ from tensorlang.loops import normalize_checkpoint, schedule
 POLICIES = ["all", 1, 2, 5, "binomial", ("binomial", 1), ("binomial", 3)]
 
 
-def simulate(sch, T):
-    """Run the tables on labels: buffer -> the step index of the state it holds.
-    Returns (reverse steps in order, forward steps, copies, buffers touched)."""
-    fwd, rev, final = LK.compile_schedule(sch, T)
-    held = {LK.IN: 0}
-    nfwd = ncopy = 0
+def simulate(sch, T, groups=(0,), alias=()):
+    """Run the tables on labels: each physical buffer (group, index) -> the
+    (step, leaf) it holds, the initial state's leaf i as ``-1 - i``; a
+    pair-state step (wave: leaf 0 of s_{t+1} is leaf 1 of s_t, ``alias``)
+    writes only its new leaves.  Returns (reverse steps in order, forward
+    steps, pool sizes)."""
+    fwd, rev, final, pools = LK.compile_schedule(sch, T, groups, alias)
+    L, al = len(groups), dict(alias)
+    held = {(groups[i], -1 - i): (0, i) for i in range(L)}
+
+    def state(row):
+        got = [held.get((groups[k], p)) for k, p in enumerate(row)]
+        assert None not in got, f"reads a buffer of {row} before it holds a state"
+        return got
+
+    nfwd = 0
     order = []
     for code in (fwd, rev):
-        for op, t, src, dst in code.tolist():
-            assert src in held, f"reads buffer {src} before it holds a state"
+        assert code.shape[1] == 2 + 2 * L
+        for row in code.tolist():
+            op, t, src, dst = row[0], row[1], row[2:2 + L], row[2 + L:]
+            cur = state(src)
+            # the state at src is s_t: leaf k holds (t, k), or (t-1, i) where
+            # leaf k of s_t is leaf i of s_{t-1} (an alias chain)
+            assert all(c[0] == t or c == (t - 1, al.get(k)) or _chain(c, t, k, al) for k, c in enumerate(cur))
             if op == LK.FWD:
-                assert held[src] == t and src != dst and dst != LK.IN
-                held[dst] = t + 1
+                for k, p in enumerate(dst):
+                    if k in al:
+                        assert p == src[al[k]]  # shared, not written
+                    else:
+                        assert 0 <= p < pools[groups[k]]
+                        assert (groups[k], p) not in {(groups[i], q) for i, q in enumerate(src)}  # never in place
+                        # no live state still needs the buffer it overwrites: checked by the reads' labels
+                        held[groups[k], p] = (t + 1, k)
                 nfwd += 1
-            elif op == LK.COPY:
-                assert dst != LK.IN and src != dst
-                held[dst] = held[src]
-                ncopy += 1
             else:
-                assert op == LK.REV and held[src] == t
+                assert op == LK.REV
                 order.append(t)
         if code is fwd:
-            assert held[final] == T  # the value is computed from s_T
-    touched = set(held) - {LK.IN}
-    return order, nfwd, ncopy, touched
+            assert all(_chain(held[groups[k], p], T, k, al) for k, p in enumerate(final))  # s_T
+    return order, nfwd, pools
+
+
+def _chain(c, t, k, al):
+    """``c`` (step, leaf) is leaf ``k`` of ``s_t`` through the alias chain."""
+    while c != (t, k):
+        if k not in al or t == 0:
+            return False
+        t, k = t - 1, al[k]
+    return True
 
 
 @settings(max_examples=50, deadline=None)
 @given(T=st.integers(1, 60), policy=st.sampled_from(POLICIES))
 def test_tables_reverse_every_step_once_on_the_right_state(T, policy):
     sch = schedule(normalize_checkpoint(policy), T)
-    order, nfwd, ncopy, touched = simulate(sch, T)
+    order, nfwd, pools = simulate(sch, T)
     assert order == list(reversed(range(T)))
     assert nfwd == sch.forward_steps  # the schedule's recomputation, no more
-    assert touched <= set(range(sch.slots + 2))  # the slots and two scratch buffers
-    if policy == "all" or isinstance(policy, int):
-        # only s_0 (the caller's array, never written) is copied: every other
-        # stored state is written into its slot by the step that computes it
-        assert ncopy == 1
+    assert pools[0] <= sch.slots + 2  # the slots and two scratch buffers, at most
+    if policy == "all":
+        assert pools[0] == T  # s_1 … s_T; s_0 is the caller's array, never copied
+
+
+@settings(max_examples=40, deadline=None)
+@given(T=st.integers(1, 40), policy=st.sampled_from(POLICIES))
+def test_tables_share_the_leaf_a_pair_step_carries(T, policy):
+    """Wave's (u_prev, u) -> (u, u_next): one pool for both leaves, leaf 0
+    of each new state is leaf 1 of the previous one (shared, never copied),
+    so each step writes one buffer and ``"all"`` holds each u_t once."""
+    sch = schedule(normalize_checkpoint(policy), T)
+    order, nfwd, pools = simulate(sch, T, groups=(0, 0), alias=((0, 1),))
+    assert order == list(reversed(range(T))) and nfwd == sch.forward_steps
+    assert pools[0] <= 2 * (sch.slots + 2)  # never more than before: slots + 2 buffers per leaf
+    if policy == "all":
+        assert pools[0] == T  # u_1 … u_T (u_0 is the caller's)
 
 
 def test_primal_table_alternates_two_buffers():
-    code, loc = LK.forward_table(7)
+    code, final, pools = LK.forward_table(7)
     assert code[:, 2].tolist() == [LK.IN, 0, 1, 0, 1, 0, 1] and code[:, 3].tolist() == [0, 1, 0, 1, 0, 1, 0]
-    assert loc == 0 and (code[:, 0] == LK.FWD).all() and code[:, 1].tolist() == list(range(7))
+    assert list(final) == [0] and pools == [2]
+    assert (code[:, 0] == LK.FWD).all() and code[:, 1].tolist() == list(range(7))
+
+
+def test_primal_table_rotates_three_buffers_for_a_pair_step():
+    code, final, pools = LK.forward_table(6, (0, 0), ((0, 1),))
+    assert pools == [3]  # u_{t-1}, u_t read while u_{t+1} is written
+    assert code[0, 2:].tolist() == [-1, -2, -2, 0]  # s_1 = (u0's leaf 1, new)
+    for a, b in zip(code[:-1], code[1:]):
+        assert b[2:4].tolist() == a[4:6].tolist() and b[4] == a[5]  # each step reads the last one's state
 
 
 def heat(ck="all"):
