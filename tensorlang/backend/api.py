@@ -43,14 +43,14 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError, TensorLangError
-from ..ir import Expr, PairT, RealT, Rel, TensorT, input_vars, relations_of, walk
-from ..relation_data import _is_scipy as is_scipy
+from ..ir import Expr, Rel, relations_of, walk
 from ..sparse import SparseData, keeps_packed, sparse_inputs, unpack_outputs
 from ..typecheck import check_program
 from ..loops import has_loop
 from . import cache as _cache
 from .dispatch import check_finite, finite_checks, relation_inputs, remember, signature
 from .domains import MAX_SIZE
+from .results import aos, as_float32, builder, precision, rebuild, type_of_expr
 
 # Measured on the 2-core development machine (benchmarks/parallel_bench.py,
 # deconvolution and 5-point Laplacian losses and gradients, threads=2 vs 1):
@@ -253,7 +253,7 @@ class Kernel:
             [np.int64(sizes[s]) for s in spec["sizes"]], list(spec["inputs"]), dtype, temps, fn, threads,
             finite_checks(self.expr, inputs), spec, self._type, getattr(var.module, "kernel_serial", None),
         )
-        plan.build = _builder(spec["outputs"], self._type, dtype)
+        plan.build = builder(spec["outputs"], self._type, dtype)
         if not (spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
                 or spec.get("sparse_outputs") or spec.get("relation_orders")) and not self.python:
             plan.direct = _direct(plan.leaves, inputs, dtype)
@@ -324,7 +324,7 @@ class Kernel:
             res = list(res)
             for k, rname in spec["sparse_outputs"]:
                 res[k] = SparseData(rels[rname], res[k])
-            return _aos(_rebuild(spec["outputs"], res, dtype), plan.type, dtype)
+            return aos(rebuild(spec["outputs"], res, dtype), plan.type, dtype)
         return plan.build(res)
 
 
@@ -339,7 +339,7 @@ class _Plan:
         self.fn, self.threads, self.checks, self.spec, self.type = fn, threads, checks, spec, type_
         self.serial = serial  # the single-thread entry (the automatic choice on a busy machine)
         self.direct = None  # input names passed on as they are (``_direct``), else None
-        self.build = None  # kernel results -> the program's value (``_builder``)
+        self.build = None  # kernel results -> the program's value (``results.builder``)
 
 
 def cores_free() -> bool:
@@ -395,23 +395,6 @@ def _direct(leaves, inputs: dict, dtype):
     return names
 
 
-def _builder(out_spec, t, dtype):
-    """A function from the kernel's result tuple to the program's value, made
-    once per plan (what ``_aos(_rebuild(...))`` computes, without walking the
-    spec on every call)."""
-    if out_spec[0] == "pair" and isinstance(t, PairT):
-        f, g = _builder(out_spec[1], t.fst, dtype), _builder(out_spec[2], t.snd, dtype)
-        return lambda res: (f(res), g(res))
-    if out_spec[0] == "leaf" and isinstance(t, RealT):
-        k = out_spec[1]
-        conv = float if dtype is np.float64 else np.float32
-        return lambda res: conv(res[k])
-    if out_spec[0] == "leaf" and isinstance(t, TensorT) and not _pairlike(t.elem):
-        k = out_spec[1]
-        return lambda res: res[k]
-    return lambda res: _aos(_rebuild(out_spec, res, dtype), t, dtype)
-
-
 def _at(dims, sizes) -> int:
     terms, const = dims
     return const + sum(c * sizes[s] for s, c in terms)
@@ -425,112 +408,6 @@ def _check_accesses(spec, sizes) -> None:
         if not 0 <= i < n:
             shown = ", ".join(f"{k} = {v}" for k, v in sorted(sizes.items()))
             raise InputError(f"the access {what} reads index {i}, outside [0, {n}) at {shown}")
-
-
-def type_of_expr(expr):
-    from ..typecheck import type_of
-
-    return type_of(expr)
-
-
-def precision(expr: Expr, inputs: dict) -> str:
-    """'float32' when every real input given as an array or NumPy scalar is
-    float32 (Python numbers are weak), else 'float64'."""
-    kinds = []
-
-    def leaf(v):
-        if isinstance(v, (bool, int, float)):
-            return  # weak
-        if isinstance(v, SparseData):
-            kinds.append(v.values.dtype)
-        elif is_scipy(v):
-            kinds.append(v.dtype)
-        elif isinstance(v, tuple) and len(v) == 2:  # a sparse tensor's (coords, values)
-            kinds.append(np.asarray(v[1]).dtype)
-        else:
-            kinds.append(np.asarray(v).dtype)
-
-    for var in input_vars(expr):
-        val = inputs.get(var.name)
-        if val is None:
-            continue
-        stack = [(val, var.type)]
-        while stack:
-            v, t = stack.pop()
-            if isinstance(t, PairT) and isinstance(v, (tuple, list)) and len(v) == 2:
-                stack += [(v[0], t.fst), (v[1], t.snd)]
-            else:
-                leaf(v)
-    return "float32" if kinds and all(k == np.float32 for k in kinds) else "float64"
-
-
-def as_float32(v):
-    """A float64 result (the evaluator's) in float32: arrays, scalars, pairs."""
-    if isinstance(v, tuple):
-        return tuple(as_float32(a) for a in v)
-    if isinstance(v, np.ndarray) and v.dtype == object:
-        out = np.empty(v.shape, dtype=object)
-        for k in np.ndindex(v.shape):
-            out[k] = as_float32(v[k])
-        return out
-    return np.asarray(v, dtype=np.float32) if isinstance(v, np.ndarray) else np.float32(v)
-
-
-def _relation_arrays(dense: np.ndarray, perm, ptrs, cols):
-    """CSR-like data of a relation with its columns in the order ``perm``:
-    coordinates sorted lexicographically, ``ptr{L}`` the row starts over the
-    first ``L`` columns (flattened), ``c{k}`` column ``k``."""
-    coords = np.argwhere(np.transpose(dense, perm)).astype(np.int64)  # sorted
-    ext = tuple(dense.shape[k] for k in perm)
-    out = []
-    for L in ptrs:
-        if L == 0:
-            out.append(np.array([0, len(coords)], dtype=np.int64))
-            continue
-        nrows = int(np.prod(ext[:L]))
-        flat = np.ravel_multi_index(tuple(coords[:, :L].T), ext[:L]) if len(coords) else np.zeros(0, np.int64)
-        counts = np.bincount(flat, minlength=nrows)
-        out.append(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
-    for k in cols:
-        out.append(np.ascontiguousarray(coords[:, k]))
-    return out
-
-
-def _aos(val, t, dtype):
-    """Struct-of-arrays results -> the evaluator's representation of a tensor of
-    pairs (an object array of tuples), recursively."""
-    if isinstance(t, PairT):
-        return (_aos(val[0], t.fst, dtype), _aos(val[1], t.snd, dtype))
-    if isinstance(t, TensorT) and _pairlike(t.elem):
-        # a tensor of pairs has no packed form: components stored on a relation are densified
-        a, b = unpack_outputs(val[0]), unpack_outputs(val[1])
-        out = np.empty(len(a), dtype=object)
-        for k in range(len(a)):
-            out[k] = _aos((a[k], b[k]), t.elem, dtype)
-        return out
-    if isinstance(t, RealT) and isinstance(val, np.ndarray):
-        return _scalar(val, dtype)
-    return val
-
-
-def _scalar(v, dtype):
-    """A scalar result: a Python float in float64, a np.float32 in float32."""
-    return float(v) if dtype is np.float64 else np.float32(v)
-
-
-def _pairlike(t) -> bool:
-    while isinstance(t, TensorT):
-        t = t.elem
-    return isinstance(t, PairT)
-
-
-def _rebuild(spec, res, dtype):
-    if spec[0] == "pair":
-        return (_rebuild(spec[1], res, dtype), _rebuild(spec[2], res, dtype))
-    v = res[spec[1]]
-    if isinstance(v, (np.ndarray, SparseData)):
-        return v
-    return _scalar(v, dtype)
 
 
 class _PyModule:
