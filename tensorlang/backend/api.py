@@ -36,6 +36,7 @@ when the access is never reached), since no proof covers the kernel there.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 
@@ -63,7 +64,7 @@ PARALLEL_MIN_CPUS = 2
 # medians where one thread took 1 ms.  So the automatic choice also needs a
 # core to spare: the 1-minute load average at most cpus - IDLE_MARGIN.
 IDLE_MARGIN = 0.5
-CODEGEN_VERSION = "s3-par2"  # in every cache key: the generated source changed
+CODEGEN_VERSION = "s8-wit1"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
@@ -249,10 +250,17 @@ class Kernel:
         )
         if self._type is None:
             self._type = type_of_expr(self.expr)
+        checks = finite_checks(self.expr, inputs)
+        witness = tuple((n, tuple(p), k) for n, p, k in spec.get("witnesses", ()))
+        if witness:  # these inputs are checked through the kernel's witness scalars (blas.py)
+            skip = {(n, p) for n, p, _ in witness}
+            witness = tuple(w for w in witness if (w[0], w[1]) in checks)
+            checks = tuple(c for c in checks if c not in skip)
         plan = _Plan(
             [np.int64(sizes[s]) for s in spec["sizes"]], list(spec["inputs"]), dtype, temps, fn, threads,
-            finite_checks(self.expr, inputs), spec, self._type, getattr(var.module, "kernel_serial", None),
+            checks, spec, self._type, getattr(var.module, "kernel_serial", None),
         )
+        plan.witness = witness
         plan.build = builder(spec["outputs"], self._type, dtype)
         if not (spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
                 or spec.get("sparse_outputs") or spec.get("relation_orders")) and not self.python:
@@ -272,7 +280,10 @@ class Kernel:
             args = plan.size_args + [values[name] for name in direct]
             if plan.temps:
                 args += self._temporaries(plan.temps, dtype)
-            return plan.build(plan.fn(*args))
+            res = plan.fn(*args)
+            if plan.witness:
+                _witnessed(plan.witness, res, values)
+            return plan.build(res)
         if direct is not None:  # this signature's inputs are already the kernel's arrays
             args = plan.size_args + [values[name] for name in direct]
         else:
@@ -319,6 +330,8 @@ class Kernel:
                 res = fn(*args)
         else:
             res = fn(*args)
+        if plan.witness:
+            _witnessed(plan.witness, res, values)
         if spec.get("sparse_outputs"):
             # packed outputs: values in the relation's CSR order (issue 16)
             res = list(res)
@@ -332,7 +345,7 @@ class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
     __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial",
-                 "direct", "build")
+                 "direct", "build", "witness")
 
     def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
@@ -340,6 +353,16 @@ class _Plan:
         self.serial = serial  # the single-thread entry (the automatic choice on a busy machine)
         self.direct = None  # input names passed on as they are (``_direct``), else None
         self.build = None  # kernel results -> the program's value (``results.builder``)
+        self.witness = ()  # (input, path, result index): inputs checked after the call (``_witnessed``)
+
+
+def _witnessed(witness, res, values: dict) -> None:
+    """The inputs whose NaN/inf scan the kernel's witness scalars stand for
+    (blas.py): a non-finite witness scans its input, an InputError if the input
+    is to blame; a finite witness proves the input finite."""
+    for name, path, k in witness:
+        if not math.isfinite(res[k]):
+            check_finite(values, ((name, path),))
 
 
 def cores_free() -> bool:

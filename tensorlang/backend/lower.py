@@ -122,6 +122,7 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
         self.stored: dict = {}  # (extents, canonical element) -> let Var of a stored gen binding (elements.py)
         self.arrays: dict = {}  # let Var -> (kernel name, extents)
         self.scalars: dict = {}  # let Var -> kernel name
+        self.witnesses: list = []  # (input leaf, scalar): its finiteness witness (blas.finite_witness)
 
     def dense_shape(self, base):
         return dense_shape(self, base)
@@ -365,6 +366,11 @@ def lower_program(program: Expr, mode: str = "sparse"):
             results.append(name)
             if ext:
                 copies.add(name)
+    # finiteness witnesses are extra scalar results after the program's leaves
+    witnesses = []
+    for (v, path), acc in lw.witnesses:
+        witnesses.append([v.name, list(path), len(results)])
+        results.append(acc)
     # intermediates read only at their own loop's point become locals (contract.py)
     body, gone = fuse_and_contract(body, lw.allocs, set(results), lw.local)
     lw.allocs = [a for a in lw.allocs if a.name not in gone]
@@ -417,6 +423,8 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "checks": [[_extents([a])[0], _extents([n])[0], what] for a, n, what in _unique(lw.scope0.facts["checks"])],
         "temporaries": temps,
         "functions": sorted(lw.functions),
+        # [input, path, result index]: the input's NaN/inf scan is the scalar result's (blas.py)
+        "witnesses": witnesses,
     }
     return ir, spec
 
