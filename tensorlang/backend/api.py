@@ -238,7 +238,10 @@ class Kernel:
         plan = self._plan(var, sizes, dtype, inputs)
         if sig is not None:
             remember(self._plans, sig, plan)
-        return self._run(plan, {v.name: val for v, val in env.items()}, {r.name: d for r, d in relations.items()})
+        # a direct plan passes the caller's arrays (``_direct`` checked them), as later calls
+        # do: the evaluator's validated copies may be float64 where the kernel is float32
+        values = inputs if plan.direct is not None else {v.name: val for v, val in env.items()}
+        return self._run(plan, values, {r.name: d for r, d in relations.items()})
 
     def _plan(self, var, sizes: dict, dtype, inputs: dict) -> "_Plan":
         """What a call with these (validated) sizes and precision passes to the kernel."""

@@ -243,6 +243,8 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
         inner = sc.child(params=names, cons=box + dom)
         test_preds = [inner.pred(t) for t in tests]
 
+        skips = []  # a piece whose relation test skips points (a branch, or no code)
+
         def guarded(sc_test):
             # the body under a relation test (read from its dense table); the
             # test is simplified against what ``sc_test`` knows (an interior
@@ -251,13 +253,17 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
                 return emit(sc_test, names)
             tst, tcode = self.pred_code(conj(*tests), sc_test)
             if tcode == K.Bool(False):
+                skips.append(True)
                 return []
             if tcode != K.Bool(True) and kind in ("gen", "sum") and expr is not None:
-                # a gen's element or a sum's term selected, no branch (unguarded)
+                # a gen's element or a sum's term selected, no branch (unguarded):
+                # a gen then stores every point (0 where the test fails)
                 got = unguarded(self, lambda: (emit(sc_test, names), None), expr)
                 if got is not None and selectable(got[0], kind):
                     return tst + select(got[0], tcode)
             b = emit(sc_test.child(cons=test_preds), names)
+            if tcode != K.Bool(True):
+                skips.append(True)
             return b if tcode == K.Bool(True) else tst + [If(tcode, tuple(b))]
 
         # boundary pieces apart from the interior, whose copy is branch-free
@@ -274,10 +280,10 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
                 self.drivers.pop()
         if node is not None:
             stmts = to_loops(node, names, body, kind, sched)
-            full = not tests and (not dom or covers(scope, names, box, dom))
+            full = not skips and (not dom or covers(scope, names, box, dom))
         elif driver is None:
             stmts = to_loops(ast_for(scope, names, box + dom, order), names, body, kind, sched)
-            full = not tests and (not dom or covers(scope, names, box, dom))
+            full = not skips and (not dom or covers(scope, names, box, dom))
         else:
             stmts = self._driven(driver, names, syms, scope, box + dom, body, kind, pvar)
             full = False

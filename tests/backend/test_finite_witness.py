@@ -167,3 +167,17 @@ def test_witnesses_only_cover_dense_matrix_inputs_of_a_gemv():
         A0[m - 1, m // 2] = np.inf
         with pytest.raises(InputError, match="input A"):
             k2(A=A0, x=x0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float32_inputs_run_the_float32_kernel_from_the_first_call(threads):
+    """The first call of a signature passed the evaluator's validated copies
+    (float64) to a float32 kernel taking the caller's arrays as they are
+    (``_direct``): a Numba typing error in np.dot.  Now the caller's arrays."""
+    loss, X, w = _logreg()
+    d = {k: v.astype(np.float32) for k, v in _data(*BIG).items()}
+    f = tl.compile(loss, threads=threads)
+    ref, _ = _ref(*(d[k].astype(np.float64) for k in ("X", "s", "w")))
+    for _ in range(2):
+        got = f(**d)
+        assert isinstance(got, np.float32) and got == pytest.approx(ref, rel=1e-4)
