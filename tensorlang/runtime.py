@@ -91,7 +91,7 @@ class LazyKernel:
         if impl is not None:
             return impl(**inputs)
         if self.runtime == "auto" and not _worth_compiling(self.expr, inputs):
-            from .backend.api import as_float32, precision
+            from .backend.results import as_float32, precision
 
             out = evaluate(self.expr, **inputs)
             # the evaluator computes in float64; float32 inputs get float32

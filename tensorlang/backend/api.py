@@ -36,6 +36,7 @@ when the access is never reached), since no proof covers the kernel there.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 
@@ -43,14 +44,14 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError, TensorLangError
-from ..ir import Expr, PairT, RealT, Rel, TensorT, input_vars, relations_of, walk
-from ..relation_data import _is_scipy as is_scipy
+from ..ir import Expr, Rel, relations_of, walk
 from ..sparse import SparseData, keeps_packed, sparse_inputs, unpack_outputs
 from ..typecheck import check_program
 from ..loops import has_loop
 from . import cache as _cache
 from .dispatch import check_finite, finite_checks, relation_inputs, remember, signature
 from .domains import MAX_SIZE
+from .results import aos, as_float32, builder, precision, rebuild, type_of_expr
 
 # Measured on the 2-core development machine (benchmarks/parallel_bench.py,
 # deconvolution and 5-point Laplacian losses and gradients, threads=2 vs 1):
@@ -63,7 +64,7 @@ PARALLEL_MIN_CPUS = 2
 # medians where one thread took 1 ms.  So the automatic choice also needs a
 # core to spare: the 1-minute load average at most cpus - IDLE_MARGIN.
 IDLE_MARGIN = 0.5
-CODEGEN_VERSION = "s3-par2"  # in every cache key: the generated source changed
+CODEGEN_VERSION = "s8-wit1"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
@@ -237,7 +238,10 @@ class Kernel:
         plan = self._plan(var, sizes, dtype, inputs)
         if sig is not None:
             remember(self._plans, sig, plan)
-        return self._run(plan, {v.name: val for v, val in env.items()}, {r.name: d for r, d in relations.items()})
+        # a direct plan passes the caller's arrays (``_direct`` checked them), as later calls
+        # do: the evaluator's validated copies may be float64 where the kernel is float32
+        values = inputs if plan.direct is not None else {v.name: val for v, val in env.items()}
+        return self._run(plan, values, {r.name: d for r, d in relations.items()})
 
     def _plan(self, var, sizes: dict, dtype, inputs: dict) -> "_Plan":
         """What a call with these (validated) sizes and precision passes to the kernel."""
@@ -249,11 +253,18 @@ class Kernel:
         )
         if self._type is None:
             self._type = type_of_expr(self.expr)
+        checks = finite_checks(self.expr, inputs)
+        witness = tuple((n, tuple(p), k) for n, p, k in spec.get("witnesses", ()))
+        if witness:  # these inputs are checked through the kernel's witness scalars (blas.py)
+            skip = {(n, p) for n, p, _ in witness}
+            witness = tuple(w for w in witness if (w[0], w[1]) in checks)
+            checks = tuple(c for c in checks if c not in skip)
         plan = _Plan(
             [np.int64(sizes[s]) for s in spec["sizes"]], list(spec["inputs"]), dtype, temps, fn, threads,
-            finite_checks(self.expr, inputs), spec, self._type, getattr(var.module, "kernel_serial", None),
+            checks, spec, self._type, getattr(var.module, "kernel_serial", None),
         )
-        plan.build = _builder(spec["outputs"], self._type, dtype)
+        plan.witness = witness
+        plan.build = builder(spec["outputs"], self._type, dtype)
         if not (spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
                 or spec.get("sparse_outputs") or spec.get("relation_orders")) and not self.python:
             plan.direct = _direct(plan.leaves, inputs, dtype)
@@ -272,7 +283,10 @@ class Kernel:
             args = plan.size_args + [values[name] for name in direct]
             if plan.temps:
                 args += self._temporaries(plan.temps, dtype)
-            return plan.build(plan.fn(*args))
+            res = plan.fn(*args)
+            if plan.witness:
+                _witnessed(plan.witness, res, values)
+            return plan.build(res)
         if direct is not None:  # this signature's inputs are already the kernel's arrays
             args = plan.size_args + [values[name] for name in direct]
         else:
@@ -319,12 +333,14 @@ class Kernel:
                 res = fn(*args)
         else:
             res = fn(*args)
+        if plan.witness:
+            _witnessed(plan.witness, res, values)
         if spec.get("sparse_outputs"):
             # packed outputs: values in the relation's CSR order (issue 16)
             res = list(res)
             for k, rname in spec["sparse_outputs"]:
                 res[k] = SparseData(rels[rname], res[k])
-            return _aos(_rebuild(spec["outputs"], res, dtype), plan.type, dtype)
+            return aos(rebuild(spec["outputs"], res, dtype), plan.type, dtype)
         return plan.build(res)
 
 
@@ -332,14 +348,24 @@ class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
     __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial",
-                 "direct", "build")
+                 "direct", "build", "witness")
 
     def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
         self.fn, self.threads, self.checks, self.spec, self.type = fn, threads, checks, spec, type_
         self.serial = serial  # the single-thread entry (the automatic choice on a busy machine)
         self.direct = None  # input names passed on as they are (``_direct``), else None
-        self.build = None  # kernel results -> the program's value (``_builder``)
+        self.build = None  # kernel results -> the program's value (``results.builder``)
+        self.witness = ()  # (input, path, result index): inputs checked after the call (``_witnessed``)
+
+
+def _witnessed(witness, res, values: dict) -> None:
+    """The inputs whose NaN/inf scan the kernel's witness scalars stand for
+    (blas.py): a non-finite witness scans its input, an InputError if the input
+    is to blame; a finite witness proves the input finite."""
+    for name, path, k in witness:
+        if not math.isfinite(res[k]):
+            check_finite(values, ((name, path),))
 
 
 def cores_free() -> bool:
@@ -395,23 +421,6 @@ def _direct(leaves, inputs: dict, dtype):
     return names
 
 
-def _builder(out_spec, t, dtype):
-    """A function from the kernel's result tuple to the program's value, made
-    once per plan (what ``_aos(_rebuild(...))`` computes, without walking the
-    spec on every call)."""
-    if out_spec[0] == "pair" and isinstance(t, PairT):
-        f, g = _builder(out_spec[1], t.fst, dtype), _builder(out_spec[2], t.snd, dtype)
-        return lambda res: (f(res), g(res))
-    if out_spec[0] == "leaf" and isinstance(t, RealT):
-        k = out_spec[1]
-        conv = float if dtype is np.float64 else np.float32
-        return lambda res: conv(res[k])
-    if out_spec[0] == "leaf" and isinstance(t, TensorT) and not _pairlike(t.elem):
-        k = out_spec[1]
-        return lambda res: res[k]
-    return lambda res: _aos(_rebuild(out_spec, res, dtype), t, dtype)
-
-
 def _at(dims, sizes) -> int:
     terms, const = dims
     return const + sum(c * sizes[s] for s, c in terms)
@@ -425,112 +434,6 @@ def _check_accesses(spec, sizes) -> None:
         if not 0 <= i < n:
             shown = ", ".join(f"{k} = {v}" for k, v in sorted(sizes.items()))
             raise InputError(f"the access {what} reads index {i}, outside [0, {n}) at {shown}")
-
-
-def type_of_expr(expr):
-    from ..typecheck import type_of
-
-    return type_of(expr)
-
-
-def precision(expr: Expr, inputs: dict) -> str:
-    """'float32' when every real input given as an array or NumPy scalar is
-    float32 (Python numbers are weak), else 'float64'."""
-    kinds = []
-
-    def leaf(v):
-        if isinstance(v, (bool, int, float)):
-            return  # weak
-        if isinstance(v, SparseData):
-            kinds.append(v.values.dtype)
-        elif is_scipy(v):
-            kinds.append(v.dtype)
-        elif isinstance(v, tuple) and len(v) == 2:  # a sparse tensor's (coords, values)
-            kinds.append(np.asarray(v[1]).dtype)
-        else:
-            kinds.append(np.asarray(v).dtype)
-
-    for var in input_vars(expr):
-        val = inputs.get(var.name)
-        if val is None:
-            continue
-        stack = [(val, var.type)]
-        while stack:
-            v, t = stack.pop()
-            if isinstance(t, PairT) and isinstance(v, (tuple, list)) and len(v) == 2:
-                stack += [(v[0], t.fst), (v[1], t.snd)]
-            else:
-                leaf(v)
-    return "float32" if kinds and all(k == np.float32 for k in kinds) else "float64"
-
-
-def as_float32(v):
-    """A float64 result (the evaluator's) in float32: arrays, scalars, pairs."""
-    if isinstance(v, tuple):
-        return tuple(as_float32(a) for a in v)
-    if isinstance(v, np.ndarray) and v.dtype == object:
-        out = np.empty(v.shape, dtype=object)
-        for k in np.ndindex(v.shape):
-            out[k] = as_float32(v[k])
-        return out
-    return np.asarray(v, dtype=np.float32) if isinstance(v, np.ndarray) else np.float32(v)
-
-
-def _relation_arrays(dense: np.ndarray, perm, ptrs, cols):
-    """CSR-like data of a relation with its columns in the order ``perm``:
-    coordinates sorted lexicographically, ``ptr{L}`` the row starts over the
-    first ``L`` columns (flattened), ``c{k}`` column ``k``."""
-    coords = np.argwhere(np.transpose(dense, perm)).astype(np.int64)  # sorted
-    ext = tuple(dense.shape[k] for k in perm)
-    out = []
-    for L in ptrs:
-        if L == 0:
-            out.append(np.array([0, len(coords)], dtype=np.int64))
-            continue
-        nrows = int(np.prod(ext[:L]))
-        flat = np.ravel_multi_index(tuple(coords[:, :L].T), ext[:L]) if len(coords) else np.zeros(0, np.int64)
-        counts = np.bincount(flat, minlength=nrows)
-        out.append(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
-    for k in cols:
-        out.append(np.ascontiguousarray(coords[:, k]))
-    return out
-
-
-def _aos(val, t, dtype):
-    """Struct-of-arrays results -> the evaluator's representation of a tensor of
-    pairs (an object array of tuples), recursively."""
-    if isinstance(t, PairT):
-        return (_aos(val[0], t.fst, dtype), _aos(val[1], t.snd, dtype))
-    if isinstance(t, TensorT) and _pairlike(t.elem):
-        # a tensor of pairs has no packed form: components stored on a relation are densified
-        a, b = unpack_outputs(val[0]), unpack_outputs(val[1])
-        out = np.empty(len(a), dtype=object)
-        for k in range(len(a)):
-            out[k] = _aos((a[k], b[k]), t.elem, dtype)
-        return out
-    if isinstance(t, RealT) and isinstance(val, np.ndarray):
-        return _scalar(val, dtype)
-    return val
-
-
-def _scalar(v, dtype):
-    """A scalar result: a Python float in float64, a np.float32 in float32."""
-    return float(v) if dtype is np.float64 else np.float32(v)
-
-
-def _pairlike(t) -> bool:
-    while isinstance(t, TensorT):
-        t = t.elem
-    return isinstance(t, PairT)
-
-
-def _rebuild(spec, res, dtype):
-    if spec[0] == "pair":
-        return (_rebuild(spec[1], res, dtype), _rebuild(spec[2], res, dtype))
-    v = res[spec[1]]
-    if isinstance(v, (np.ndarray, SparseData)):
-        return v
-    return _scalar(v, dtype)
 
 
 class _PyModule:

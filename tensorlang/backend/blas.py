@@ -33,19 +33,22 @@ order of additions.
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import dataclass
 
 from ..errors import UnsupportedError
 from ..ir import REAL, Access, Add, Call, Iverson, Mul, SparseVar, Sum, TensorT, Var, access, accesses, free_indices, fresh_var, gens, make_gens, sums
 from . import kir as K
 from .domains import aff_expr
-from .loopir import Alloc, If
+from .loopir import AccAdd, Alloc, Assign, If, Loop
 
 # Numba's np.dot calls the BLAS that SciPy ships (scipy.linalg.cython_blas); SciPy is a core
 # dependency for it, and an environment without SciPy keeps every product's loops
 HAVE_BLAS = importlib.util.find_spec("scipy") is not None
 # multiply-adds below which the loop nest runs instead of the BLAS call
 BLAS_MIN_WORK = 4096
+# matrix elements from which a witnessed GEMV runs its loops (finite_witness)
+WITNESS_MIN = 1 << 22
 # extents are capped before multiplying (no int64 overflow: (2^20)^3 < 2^63)
 _CAP = 1 << 20
 
@@ -189,7 +192,67 @@ def lower_gemm(lw, x, gb, rhs, stmts: list) -> list:
     lhs = View(lw.array_of(got.lhs[0])[0], got.lhs[1])
     rhs_v = View(lw.array_of(got.rhs[0])[0], got.rhs[1])
     dims = tuple(None if d is None else aff_expr(d, lw.scope0) for d in got.dims)
-    return [stmts[0], If(worth_blas(dims), (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))]
+    use = worth_blas(dims)
+    wit = _witnessed(lw, got)
+    if wit is None:
+        return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))]
+    # a matrix past the caches: the loops, which witness its finiteness (below)
+    small = K.Cmp("<", K.IBin("*", K.MinMax("min", (dims[0], K.Int(_CAP))), K.MinMax("min", (dims[2], K.Int(_CAP)))),
+                  K.Int(WITNESS_MIN))
+    use = K.and_of([use, small])
+    return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))] + finite_witness(lw, wit, name, got.dims[0], use)
+
+
+# -- finiteness witnesses (issue #13: the NaN/inf scan of a large input) ----------------------
+#
+# Every call refuses NaN and infinity in its inputs (dispatch.check_finite):
+# the rewrites that made the kernel (0·x = 0, x - x = 0, skipped points) are
+# exact over the reals only.  That scan is a pass over each input; for the
+# matrix of a matrix-vector product (logistic regression's 205 MB X) it costs
+# as much as the product.  The product's own loops can witness it instead:
+#
+#     y[i] = sum_k A[i, k]·v[k]   (v finite, checked as before)
+#
+# In IEEE arithmetic a product of a non-finite and a finite number is
+# non-finite (inf·0 = NaN), and a sum with a non-finite term is non-finite in
+# any order of additions (inf + -inf = NaN, NaN + x = NaN); every A[i, k] is
+# a term of y[i].  So A has a non-finite element only if y has one, and ``w = sum_i (y[i] - y[i])`` (0, or NaN when some y[i] is not
+# finite) is one scalar the kernel returns beside its results.  The caller
+# (api.Kernel) then skips A's scan and checks ``w`` after the call; a NaN
+# ``w`` scans A (InputError when A is to blame; a finite A whose product
+# overflowed keeps the computed answer, as before).  A BLAS gemv may skip
+# zero multipliers (the reference BLAS did until 2014), so a witnessed
+# product runs the kernel's own loops (no fastmath: IEEE as written), which
+# read A once, as BLAS does, at the same memory-bound speed for a GEMV whose
+# matrix is past the caches (``WITNESS_MIN`` elements, 32 MB of float64).  A
+# smaller one keeps BLAS, its witness is NaN and the caller scans A after the
+# call, as it did before it.
+
+
+def _witnessed(lw, got):
+    """``(input leaf of A, partner leaf)`` when ``got`` is ``A v`` with A a dense
+    2-D input and v a dense 1-D input (the kernel's own checks cover v), else None."""
+    if lw.mode != "sparse" or got.dims[1] is not None or got.lhs[1] or got.rhs[1]:
+        return None
+    a, v = lw._leaf(got.lhs[0]), lw._leaf(got.rhs[0])
+    if a is None or v is None or a not in lw.leaves or v not in lw.leaves or a == v:
+        return None
+    if len(lw.leaves[a][1]) != 2 or len(lw.leaves[v][1]) != 1:
+        return None
+    if any(a == w[0] for w in lw.witnesses):
+        return None
+    return a, v
+
+
+def finite_witness(lw, wit, array: str, extent, blas) -> list:
+    """``w = 0; for i: w += y[i] - y[i]`` over the GEMV's output ``array``
+    (kernel IR), registered on the Lowerer as witness of the input ``wit[0]``;
+    NaN (no witness: the caller scans) when ``blas`` held and BLAS computed ``y``."""
+    acc, i = lw.local(), lw.names.new("index")
+    y = K.Load(array, (K.Name(i),))
+    loop = Loop(i, K.Int(0), aff_expr(extent, lw.scope0), 1, (AccAdd(acc, K.FSum((y, K.FNeg(y)))),), "sum")
+    lw.witnesses.append((wit[0], acc))
+    return [Assign(acc, K.Float(0.0)), If(blas, (Assign(acc, K.Float(math.nan)),), (loop,))]
 
 
 

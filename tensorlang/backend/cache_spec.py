@@ -130,6 +130,18 @@ def check_spec(spec, program, mode) -> None:
     _check_layout(spec["outputs"], _soa(type_of(program)), leaves)
     if leaves != list(range(len(leaves))):
         raise BadEntry(f"result leaves {leaves} are not numbered 0..{len(leaves) - 1} in order")
+    ranks = {}
+    for name, path, rank in spec["inputs"]:
+        ranks[(name, tuple(path))] = rank
+    wit = set()
+    for item in _list(spec.get("witnesses", []), "witnesses"):
+        # [input, path, result index]: the scan this scalar result stands for (blas.py)
+        if not isinstance(item, list) or len(item) != 3 or not _is(item[2], int):
+            raise BadEntry(f"witness {item!r} is not [input, path, result index]")
+        key = (item[0], tuple(_list(item[1], "witness path")))
+        if ranks.get(key) != 2 or item[2] < len(leaves) or item[2] in wit:
+            raise BadEntry(f"witness {item!r} is not a matrix input's own scalar after the results")
+        wit.add(item[2])
     for w in _list(spec.get("work", []), "work"):
         _check_dims(w, size_names, "work")
     for c in _list(spec.get("checks", []), "checks"):

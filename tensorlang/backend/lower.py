@@ -16,7 +16,11 @@ Brackets are first hoisted through products and merged (``[p]·a · [q]·b =
 [p ∧ q]·(a·b)``, the bracket's value being zero where ``p`` fails, Fig. 4
 rule 4.12), so a bracket deep in a product still narrows its loops.
 
-Every array access is proven in bounds with isl before any code exists.
+Scalar expressions (a gen's element, a sum's term) become kernel-IR code in
+the ``ExprLowering`` mixin (exprs.py); relations and predicates in theirs
+(relations.py, predicates.py); this module builds the blocks' loops and
+the kernel.  Every array access is proven in bounds with isl before any
+code exists.
 Every name in the kernel comes from one :class:`~.kir.NameAllocator`, in the
 order the canonical program is traversed: no user name reaches the source,
 which is therefore a function of the cache key alone.
@@ -27,27 +31,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import TensorLangError, UnsupportedError, describe
-from ..functions import expand_derivative, lookup
 from ..ir import (
-    Access,
     Add,
     Call,
-    Const,
     Expr,
     Iverson,
-    Let,
     Mul,
     Pair,
     PairT,
-    Proj,
     RealT,
     Rel,
     SparseVar,
-    Sum,
     TensorT,
     Var,
     TRUE,
-    accesses,
     conj,
     disj,
     gens,
@@ -57,15 +54,13 @@ from ..ir import (
     relations_of,
     shape_of,
     size_vars,
-    sums,
 )
 from . import kir as K
 from .astgen import to_loops
 from .fusion import out_vars, resolve_aliases, split_program
-from .domains import MAX_SIZE, Scope, aff_expr, ast_for, box_cons, conjuncts, covers, has_rel, prove_access
+from .domains import MAX_SIZE, Scope, aff_expr, ast_for, box_cons, conjuncts, covers, has_rel
 from .hoist import hoist, occurrences, split_bracket
-from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store
-from .scalars import builtin, check_compiles, power_exponent
+from .loopir import Alloc, Assign, If, KernelIR, Loop, Store
 from .temps import bound_depth
 from .separate import separation
 from .interchange import block_order
@@ -74,19 +69,12 @@ from .contract import fuse_and_contract
 from .scatter import fuse_with_scatters, scatter_binding
 from .relations import RelationLowering, Unpack, _add_terms, tidy
 from .predicates import PredicateLowering
+from .exprs import ExprLowering, const_value
 from .elements import canonical, extents_key, reuse
 from .blas import dense_shape, extract_products, lower_gemm
 
 
-def const_value(v, node) -> float:
-    """A constant's exact float (ints beyond float range are refused)."""
-    try:
-        return float(v)
-    except OverflowError:
-        raise TensorLangError(f"the constant {describe(node)} does not fit a float64") from None
-
-
-class Lowerer(RelationLowering, PredicateLowering):
+class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
     def __init__(self, program: Expr, mode: str):
         if mode not in ("sparse", "naive"):
             raise TensorLangError(f"unknown compile mode {mode!r}; use 'sparse' or 'naive'")
@@ -134,6 +122,7 @@ class Lowerer(RelationLowering, PredicateLowering):
         self.stored: dict = {}  # (extents, canonical element) -> let Var of a stored gen binding (elements.py)
         self.arrays: dict = {}  # let Var -> (kernel name, extents)
         self.scalars: dict = {}  # let Var -> kernel name
+        self.witnesses: list = []  # (input leaf, scalar): its finiteness witness (blas.finite_witness)
 
     def dense_shape(self, base):
         return dense_shape(self, base)
@@ -254,6 +243,8 @@ class Lowerer(RelationLowering, PredicateLowering):
         inner = sc.child(params=names, cons=box + dom)
         test_preds = [inner.pred(t) for t in tests]
 
+        skips = []  # a piece whose relation test skips points (a branch, or no code)
+
         def guarded(sc_test):
             # the body under a relation test (read from its dense table); the
             # test is simplified against what ``sc_test`` knows (an interior
@@ -262,13 +253,17 @@ class Lowerer(RelationLowering, PredicateLowering):
                 return emit(sc_test, names)
             tst, tcode = self.pred_code(conj(*tests), sc_test)
             if tcode == K.Bool(False):
+                skips.append(True)
                 return []
             if tcode != K.Bool(True) and kind in ("gen", "sum") and expr is not None:
-                # a gen's element or a sum's term selected, no branch (unguarded)
+                # a gen's element or a sum's term selected, no branch (unguarded):
+                # a gen then stores every point (0 where the test fails)
                 got = unguarded(self, lambda: (emit(sc_test, names), None), expr)
                 if got is not None and selectable(got[0], kind):
                     return tst + select(got[0], tcode)
             b = emit(sc_test.child(cons=test_preds), names)
+            if tcode != K.Bool(True):
+                skips.append(True)
             return b if tcode == K.Bool(True) else tst + [If(tcode, tuple(b))]
 
         # boundary pieces apart from the interior, whose copy is branch-free
@@ -285,174 +280,16 @@ class Lowerer(RelationLowering, PredicateLowering):
                 self.drivers.pop()
         if node is not None:
             stmts = to_loops(node, names, body, kind, sched)
-            full = not tests and (not dom or covers(scope, names, box, dom))
+            full = not skips and (not dom or covers(scope, names, box, dom))
         elif driver is None:
             stmts = to_loops(ast_for(scope, names, box + dom, order), names, body, kind, sched)
-            full = not tests and (not dom or covers(scope, names, box, dom))
+            full = not skips and (not dom or covers(scope, names, box, dom))
         else:
             stmts = self._driven(driver, names, syms, scope, box + dom, body, kind, pvar)
             full = False
         if kind == "gen" and scope is self.scope0:
             stmts = _mark_parallel(stmts)
         return stmts, full
-
-    def scalar(self, e: Expr, sc: Scope):
-        """Signature: scalar : Expr -> ([stmt], kernel-IR float expression).
-
-        A compound sub-term shared in the DAG (``d·d`` for ``d ** 2``) is
-        computed once per scope into a local and reused."""
-        if isinstance(e, (Add, Mul, Call, Sum, Iverson, Let)) and self.shared.get(e, 0) > 1:
-            key = (id(sc), e)
-            got = self.cse.get(key)
-            if got is not None:
-                return [], got
-            st, code = self._scalar(e, sc)
-            t = self.local()
-            self.cse[key] = K.Name(t)
-            self._keep.append(sc)  # keep id(sc) unique while memoised
-            return st + [Assign(t, code)], K.Name(t)
-        return self._scalar(e, sc)
-
-    def _scalar(self, e: Expr, sc: Scope):
-        match e:
-            case Const(value=v):
-                return [], K.Float(const_value(v, e))
-            case Var() | Proj():
-                return [], K.Name(self.scalar_var(e))
-            case Access():
-                base, idx = accesses(e)
-                if isinstance(base, SparseVar):
-                    got = self.sparse_load(base, idx)
-                    if got is not None:
-                        return [], got
-                if isinstance(base, Var) and base in self.packed:
-                    return [], self.packed_load(base, idx)
-                name, ext = self.array_of(base)
-                if len(idx) != len(ext):
-                    raise UnsupportedError(f"partial access {describe(e)}")
-                prove_access(sc, idx, ext, e)
-                # proven in bounds, hence >= 0: an unsigned index spares Numba's
-                # negative-index wraparound test, which blocks vectorisation
-                return [], K.Load(name, tuple(aff_expr(a, sc) for a in idx))
-            case Add(lhs=a, rhs=b):
-                s1, c1 = self.scalar(a, sc)
-                s2, c2 = self.scalar(b, sc)
-                return s1 + s2, K.sum_of([c1, c2])  # exact: 0 + x = x; n-ary
-            case Mul(lhs=a, rhs=b):
-                s1, c1 = self.scalar(a, sc)
-                s2, c2 = self.scalar(b, sc)
-                return s1 + s2, K.mul_of(c1, c2)  # exact: 1·x = x, -1·x = -x
-            case Call(fn=f, args=args) if f.startswith("D[") and f.endswith("]"):
-                # the black-box derivative D[f] of rule 6.6: emit its expansion
-                # sum_k (d_k f)(x)·t_k from f's registered partials
-                k = len(args) // 2
-                ex = expand_derivative(f[2:-1], args[:k], args[k:])
-                for t, c in occurrences(ex).items():  # tanh' = 1 - tanh(x)·tanh(x): tanh once
-                    self.shared[t] = self.shared.get(t, 0) + c
-                return self.scalar(ex, sc)
-            case Call(fn=f, args=args):
-                return self.call(f, args, sc)
-            case Iverson(pred=p, body=b):
-                binds, inner = sums(b)
-                if binds:  # a bracket around a sum narrows the sum's own loops
-                    q, body = split_bracket(inner)
-                    return self.sum_block(binds, conj(p, q), body, sc)
-                ps, pc = self.pred_code(p, sc)
-                if pc == K.Bool(False):
-                    return ps, K.Float(0.0)
-                if has_rel(p) and self.mode == "sparse":
-                    got = unguarded(self, lambda: self.scalar(b, sc), b)
-                    if got is not None:  # a data mask: a select, no branch (see unguarded)
-                        return ps + got[0], K.Select(pc, got[1], K.Float(0.0))
-                bs, bc = self.scalar(b, sc.child(cons=[sc.pred(p)]))
-                if pc == K.Bool(True):
-                    return ps + bs, bc
-                t = self.local()
-                return ps + [Assign(t, K.Float(0.0)), If(pc, tuple(bs + [Assign(t, bc)]))], K.Name(t)
-            case Sum():
-                binds, inner = sums(e)
-                q, body = split_bracket(inner)
-                return self.sum_block(binds, q, body, sc)
-            case Let(var=v, value=e0, body=e1) if isinstance(v.type, TensorT):
-                # a tensor let under a loop: a local array per iteration
-                gb, gbody = gens(e0)
-                st = self.array_binding(v, gb, gbody, sc, "temporary")
-                s1, c1 = self.scalar(e1, sc)
-                return st + s1, c1
-            case Let(var=v, value=e0, body=e1):  # a scalar let: a local
-                s0, c0 = self.scalar(e0, sc)
-                name = self.local()
-                self.scalars[v] = name
-                s1, c1 = self.scalar(e1, sc)
-                return s0 + [Assign(name, c0)] + s1, c1
-            case _:
-                raise UnsupportedError(f"the backend cannot lower {describe(e)}")
-
-    def call(self, f: str, args, sc: Scope):
-        st, codes = [], []
-        for a in args:
-            s1, c1 = self.scalar(a, sc)
-            st += s1
-            codes.append(c1)
-        codes = tuple(codes)
-        node = builtin(f, codes)
-        if node is not None:
-            return st, node
-        k = power_exponent(f)
-        if k is not None:  # NumPy's x ** k for every real k (as the evaluator)
-            if k == 0:
-                return st, K.Float(1.0)
-            if k == 1:
-                return st, codes[0]
-            t = self.local()
-            st.append(Assign(t, codes[0]))
-            if k == 2:
-                return st, K.FMul(K.Name(t), K.Name(t))
-            return st, K.FPow(K.Name(t), k)
-        lookup(f)  # an unknown function is the registry's error
-        check_compiles(f)
-        if f not in self.functions:
-            self.functions[f] = self.names.new("function")
-        return st, K.FCall(self.functions[f], codes, numpy=False)
-
-    def sum_block(self, binds, p, body, sc: Scope):
-        acc = self.local()
-
-        def emit(inner, dims):
-            st, code = self.scalar(body, inner)
-            return st + [AccAdd(acc, code)]
-
-        stmts, _ = self.block(binds, p, sc, emit, "sum", body)
-        return [Assign(acc, K.Float(0.0))] + stmts, K.Name(acc)
-
-    def scalar_var(self, e: Expr) -> str:
-        if isinstance(e, Var) and e in self.scalars:
-            return self.scalars[e]
-        leaf = self._leaf(e)
-        if leaf is None or leaf not in self.leaves or self.leaves[leaf][1]:
-            raise UnsupportedError(f"the backend cannot use {describe(e)} as a scalar")
-        return self.leaves[leaf][0]
-
-    def array_of(self, base: Expr):
-        if isinstance(base, Var) and base in self.arrays:
-            return self.arrays[base]
-        leaf = self._leaf(base)
-        if leaf is not None and isinstance(leaf[0], SparseVar) and leaf not in self.leaves:
-            # a read not at a relation loop's position: the kernel takes the
-            # tensor densified (correct, O(n·m) memory; see sparse_load)
-            self.leaves[leaf] = (self.names.new("input"), shape_of(leaf[0].type))
-        if leaf is None or leaf not in self.leaves:
-            raise UnsupportedError(f"the backend cannot index {describe(base)}")
-        return self.leaves[leaf]
-
-    def _leaf(self, e: Expr):
-        path = []
-        while isinstance(e, Proj):
-            path.append(e.index)
-            e = e.arg
-        if not isinstance(e, Var) or e.uid != 0:
-            return None
-        return (e, tuple(reversed(path)))
 
 
 def _leaves(t, path=()):
@@ -535,6 +372,11 @@ def lower_program(program: Expr, mode: str = "sparse"):
             results.append(name)
             if ext:
                 copies.add(name)
+    # finiteness witnesses are extra scalar results after the program's leaves
+    witnesses = []
+    for (v, path), acc in lw.witnesses:
+        witnesses.append([v.name, list(path), len(results)])
+        results.append(acc)
     # intermediates read only at their own loop's point become locals (contract.py)
     body, gone = fuse_and_contract(body, lw.allocs, set(results), lw.local)
     lw.allocs = [a for a in lw.allocs if a.name not in gone]
@@ -587,6 +429,8 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "checks": [[_extents([a])[0], _extents([n])[0], what] for a, n, what in _unique(lw.scope0.facts["checks"])],
         "temporaries": temps,
         "functions": sorted(lw.functions),
+        # [input, path, result index]: the input's NaN/inf scan is the scalar result's (blas.py)
+        "witnesses": witnesses,
     }
     return ir, spec
 
