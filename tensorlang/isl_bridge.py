@@ -227,13 +227,51 @@ def gist_forms(binders, context: Pred, p: Pred) -> tuple:
     s_text, names = domain_text(binders, p if _is_true(context) else And(context, p))
     c_text, _ = domain_text(binders, context, extra=(p,))
     back = {v: k for k, v in names.map.items()}
-    return tuple(_disj_all([_conj_all([_cmp(con, back) for con in piece]) for piece in form])
+    own = {}
+    for c in _cmp_nodes(p):
+        for key in _cmp_keys(c):
+            own.setdefault(key, c)
+    return tuple(_disj_all([_conj_all([_cmp(con, back, own) for con in piece]) for piece in form])
                  for form in _gist_rows(s_text, c_text))
 
 
-def _cmp(con, back: dict) -> Cmp:
-    """``pos - neg + const (>= 0 | = 0)`` with non-negative coefficients on each side."""
+def _cmp_nodes(p: Pred):
+    stack, seen = [p], set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if isinstance(x, Cmp):
+            yield x
+        elif isinstance(x, (And, Or)):
+            stack += [x.lhs, x.rhs]
+        elif isinstance(x, Exists):
+            stack.append(x.body)
+
+
+def _cmp_keys(c: Cmp) -> list:
+    """``c`` as ``e >= 0`` / ``e = 0`` (both signs for an equality): the key a
+    constraint read back from isl is matched with."""
+    d = c.rhs - c.lhs
+    if c.op == "<":
+        d = d - 1
+    keys = [(c.op == "==", d.terms, d.const)]
+    if c.op == "==":
+        keys.append((True, (-d).terms, -d.const))
+    return keys
+
+
+def _cmp(con, back: dict, own: dict) -> Cmp:
+    """``pos - neg + const (>= 0 | = 0)`` with non-negative coefficients on each
+    side; the predicate's own comparison when it says the same (the backend
+    tells a bracket's atoms apart by node: ``1 ≤ i`` next to ``0 ≤ i - 1``
+    would be one more boundary to separate)."""
     eq, terms, const = con
+    d = Aff(tuple((back[nm], c) for nm, c in terms), const)
+    got = own.get((eq, d.terms, d.const))
+    if got is not None:
+        return got
     pos = Aff(tuple((back[nm], c) for nm, c in terms if c > 0), 0)
     neg = Aff(tuple((back[nm], -c) for nm, c in terms if c < 0), 0)
     if eq:
