@@ -31,6 +31,7 @@ from tensorlang.ir import (
     Pair,
     Var,
     make_lets,
+    shape_of,
 )
 from tensorlang.typecheck import type_of, zero_of
 
@@ -61,6 +62,7 @@ from .adjoint_rules import (
     transpose_unary_contraction,
 )
 from .profile import stage as _timed
+from .simplify_preds import compact
 from .rewrite import Entry, RuleTable
 from .ssa_form import STATEMENT_KINDS, AddRHS, ConstRHS, ContractRHS, InputRHS, MapRHS, classify, is_tensor_ssa
 
@@ -115,6 +117,12 @@ class _State:
         if isinstance(t, Zero):
             drop_zero_term(OPlus((HOLE, t)))
             return
+        if t.pred is not None:
+            # the filter is read only at in-range indices: its gist there when
+            # smaller (composed supports of shifted reads, issues #14/#17)
+            p = compact(tuple(zip(t.ivars, shape_of(type_of(t.left)))), t.pred)
+            if p is not t.pred:
+                t = Inner(t.left, t.right, p, t.ivars)
         self.by_right.setdefault(t.right, []).append(t)
 
 

@@ -169,9 +169,13 @@ def _affine(p: Pred) -> bool:
 
 
 def _pred_nodes(p: Pred):
-    stack = [p]
+    """Each distinct sub-predicate once (a DAG: composed guards share)."""
+    stack, seen = [p], set()
     while stack:
         x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
         yield x
         for c in children(x):
             if isinstance(c, Pred):
@@ -291,6 +295,85 @@ def _decide(ctx: Ctx, p: Pred) -> Pred:
             others = [x for x in keep if x is not c and _affine(x)]
             if isl_bridge.implies(dom, conj(*facts, *others), c):
                 keep = [x for x in keep if x is not c]
-        return conj(*keep)
+        return _gisted(dom, facts, keep)
     except (UnsupportedError, TensorLangError):
         return p
+
+
+def _gisted(dom: list, facts: list, keep: list) -> Pred:
+    """``conj(*keep)``, its affine part replaced by its isl gist under the
+    domain and the facts (``isl_bridge.gist``) when that has fewer atoms.
+
+    Only a disjunction or an existential is tried: dropping the implied
+    conjuncts above already leaves a conjunction of comparisons as small as
+    its gist.  The supports of shifted reads compose in an adjoint (issues
+    #14/#17) into disjunctions that are not implied by the ranges (false at
+    n = 1) and grow threefold per stencil step; their gist is ``2 ≤ n``."""
+    aff = [c for c in keep if _affine(c)]
+    if not any(_disjunctive(c) for c in aff):
+        return conj(*keep)
+    from tensorlang import isl_bridge
+
+    q = conj(*aff)
+    for g in isl_bridge.gist_forms(dom, conj(*facts), q):
+        if _smaller(g, q):
+            return conj(g, *(c for c in keep if not _affine(c)))
+    return conj(*keep)
+
+
+def _disjunctive(p: Pred) -> bool:
+    return any(isinstance(x, (Or, Exists)) for x in _pred_nodes(p))
+
+
+def _smaller(g: Pred, p: Pred) -> bool:
+    """Is ``g`` the better form of ``p``: fewer atoms, and none relating more
+    index variables than ``p``'s do?  (Inside ``i < h ∧ j < w`` the gist of
+    ``j + 1 < w ∨ i + 1 < h`` is ``i + j + 2 < h + w``: one atom, but a
+    diagonal bound where the backend had boxes.)"""
+    return atoms(g) < atoms(p) and _width(g) <= _width(p)
+
+
+def _width(p: Pred) -> int:
+    """The most index variables one comparison of ``p`` mentions."""
+    w = 0
+    for x in _pred_nodes(p):
+        if isinstance(x, Cmp):
+            w = max(w, sum(1 for s, _ in x.lhs.terms + x.rhs.terms if isinstance(s, IndexVar)))
+    return w
+
+
+def atoms(p: Pred) -> int:
+    """Comparisons and relation applications in the tree of ``p`` (shared
+    sub-predicates counted per use: the printed size)."""
+    memo: dict = {}
+
+    def go(x):
+        got = memo.get(x)
+        if got is None:
+            if isinstance(x, (Cmp, Rel)):
+                got = 1
+            elif isinstance(x, (And, Or)):
+                got = go(x.lhs) + go(x.rhs)
+            elif isinstance(x, Exists):
+                got = go(x.body)
+            else:
+                got = 0
+            memo[x] = got
+        return got
+
+    return go(p)
+
+
+def compact(binds, p: Pred) -> Pred:
+    """``p`` (an affine filter over the index variables ``binds``, each in
+    its range) as its gist when that is smaller, else ``p`` itself.
+
+    For the adjoint's filters (issues #14/#17): the filter of a merged
+    cotangent is the union of its contributions' filters, and the next
+    transposition nests it under an existential with a shifted index, so
+    each level of an unrolled stencil held three copies of the last."""
+    q = simplify_pred(p)
+    if not _disjunctive(q):
+        return p
+    d = decide(Ctx(binds), q)
+    return d if _smaller(d, p) else p

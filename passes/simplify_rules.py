@@ -165,7 +165,8 @@ def bracket_out_of_product(e: Expr, ctx: Ctx | None = None):
 def decide_bracket(e: Expr, ctx: Ctx | None = None):
     """[p]·e ==> [p']·e        [p]·e ==> 0 when p' = false
     (p' is p without the conjuncts the enclosing ranges and brackets imply,
-    decided with isl; relations are data and stay)"""
+    decided with isl, and a disjunction replaced by its isl gist there when
+    that is smaller; relations are data and stay)"""
     if not isinstance(e, Iverson):
         return None
     p = decide(ctx or Ctx(), e.pred)

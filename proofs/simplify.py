@@ -21,6 +21,7 @@ from tensorlang.ir import (
     TRUE,
     And,
     Cmp,
+    Or,
     as_aff,
     Access,
     Add,
@@ -100,18 +101,24 @@ def _m_bracket_out_of_product(T):
 
 def _m_decide_bracket(T):
     """A bracket whose predicate the enclosing ranges decide in part (a
-    conjunct implied by ``0 <= i < n``), in full (empty) or not at all."""
+    conjunct implied by ``0 <= i < n``), in full (empty), not at all, or
+    as a smaller gist (the union of shifted supports an adjoint composes,
+    ``[0 <= i-1 ∧ i-1 < n ∨ 0 <= i+1 ∧ i+1 < n]``: ``[2 <= n]``)."""
     sc = T.context(1 + T.rng.randrange(2))
     i, n = T.rng.choice(sc.idx)
     ai = sym_aff(i)
     implied = T.rng.choice([Cmp("<=", as_aff(0), ai), Cmp("<", ai, n), Cmp("<=", ai, n - 1)])
-    k = T.rng.randrange(3)
+    k = T.rng.randrange(4)
     if k == 0:
         p = And(implied, T.pred(sc))
     elif k == 1:
         p = Cmp("<=", n, ai)  # outside the range: the bracket is false
-    else:
+    elif k == 2:
         p = T.pred(sc)
+    else:
+        s = T.rng.choice([1, 2])
+        p = Or(And(Cmp("<=", as_aff(0), ai - s), Cmp("<", ai - s, n)),
+               And(Cmp("<=", as_aff(0), ai + s), Cmp("<", ai + s, n)))
     return sc, Iverson(p, T.scalar(sc, 1))
 
 
@@ -198,7 +205,7 @@ RULES = {
     "simplify.access_zero": ("0[a] ==> 0", _m_access_zero),
     "simplify.bracket_zero": ("[p]·0 ==> 0", _m_bracket_zero),
     "simplify.bracket_out_of_product": ("([p]·a)·b ==> [p]·(a·b)", _m_bracket_out_of_product),
-    "simplify.decide_bracket": ("[p]·e ==> [p']·e (p decided under the context)", _m_decide_bracket),
+    "simplify.decide_bracket": ("[p]·e ==> [p']·e (p decided under the context; a smaller gist)", _m_decide_bracket),
     "simplify.merge_brackets": ("[p0]·[p1]·e ==> [p0 ∧ p1]·e", _m_merge_brackets),
     "simplify.bracket_true": ("[true]·e ==> e", _m_bracket_true),
     "simplify.gen_eta": ("gen[i:n] a[i] ==> a", _m_gen_eta),

@@ -208,6 +208,136 @@ def _is_subset_text(s: str, t: str) -> bool:
     return _parse_set(s).is_subset(_parse_set(t))
 
 
+# -- gist: a predicate relative to its context, back as a predicate -------------
+
+
+def gist_forms(binders, context: Pred, p: Pred) -> tuple:
+    """Affine predicates equivalent to ``p`` wherever the binders are in range,
+    ``context`` holds and every size is >= 1, smallest first: isl's gist of
+    ``p``'s points by that domain, coalesced before or after, read back as
+    disjunctions of conjunctions of comparisons.  A form that needs integer
+    divisions (a stride), which comparisons of affine indices cannot say,
+    is left out; so is a repeated one.  The caller chooses (a smaller form
+    may relate indices that ``p`` kept apart).
+
+    Why (issues #14/#17): the supports of shifted reads compose in an adjoint,
+    one disjunct per read and level, ``[i ≤ n-1 ∧ 0 ≤ i-1 ∧ i-1 < n ∨ 1 ≤ i+1 ∧
+    0 ≤ i+1 ∧ i+1 < n]`` at the first level of a 3-point stencil; inside
+    ``0 ≤ i < n`` that is ``[2 ≤ n]``."""
+    s_text, names = domain_text(binders, p if _is_true(context) else And(context, p))
+    c_text, _ = domain_text(binders, context, extra=(p,))
+    back = {v: k for k, v in names.map.items()}
+    own = {}
+    for c in _cmp_nodes(p):
+        for key in _cmp_keys(c):
+            own.setdefault(key, c)
+    return tuple(_disj_all([_conj_all([_cmp(con, back, own) for con in piece]) for piece in form])
+                 for form in _gist_rows(s_text, c_text))
+
+
+def _cmp_nodes(p: Pred):
+    stack, seen = [p], set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if isinstance(x, Cmp):
+            yield x
+        elif isinstance(x, (And, Or)):
+            stack += [x.lhs, x.rhs]
+        elif isinstance(x, Exists):
+            stack.append(x.body)
+
+
+def _cmp_keys(c: Cmp) -> list:
+    """``c`` as ``e >= 0`` / ``e = 0`` (both signs for an equality): the key a
+    constraint read back from isl is matched with."""
+    d = c.rhs - c.lhs
+    if c.op == "<":
+        d = d - 1
+    keys = [(c.op == "==", d.terms, d.const)]
+    if c.op == "==":
+        keys.append((True, (-d).terms, -d.const))
+    return keys
+
+
+def _cmp(con, back: dict, own: dict) -> Cmp:
+    """``pos - neg + const (>= 0 | = 0)`` with non-negative coefficients on each
+    side; the predicate's own comparison when it says the same (the backend
+    tells a bracket's atoms apart by node: ``1 ≤ i`` next to ``0 ≤ i - 1``
+    would be one more boundary to separate)."""
+    eq, terms, const = con
+    d = Aff(tuple((back[nm], c) for nm, c in terms), const)
+    got = own.get((eq, d.terms, d.const))
+    if got is not None:
+        return got
+    pos = Aff(tuple((back[nm], c) for nm, c in terms if c > 0), 0)
+    neg = Aff(tuple((back[nm], -c) for nm, c in terms if c < 0), 0)
+    if eq:
+        return Cmp("==", pos, neg - const) if const < 0 else Cmp("==", pos + const, neg)
+    if const < 0 and neg.terms:
+        return Cmp("<", neg + (-const - 1), pos)  # i < n, i + 1 < n
+    if const < 0:
+        return Cmp("<=", neg - const, pos)  # 2 ≤ n, 1 ≤ i
+    return Cmp("<=", neg, pos + const)
+
+
+def _is_true(p: Pred) -> bool:
+    return isinstance(p, BoolLit) and p.value
+
+
+def _conj_all(cs) -> Pred:
+    out = None
+    for c in cs:
+        out = c if out is None else And(out, c)
+    return BoolLit(True) if out is None else out
+
+
+def _disj_all(ds) -> Pred:
+    out = None
+    for d in ds:
+        if _is_true(d):
+            return d
+        out = d if out is None else Or(out, d)
+    return BoolLit(False) if out is None else out
+
+
+@lru_cache(maxsize=16384)
+def _gist_rows(s_text: str, c_text: str) -> tuple:
+    """The gists of set ``s`` in ``c`` (coalesced before, and after), each as
+    rows (one per basic set) of constraints ``(is_equality, ((name, coeff),
+    ...), const)``, fewest constraints first: names by position, so one
+    question about fresh copies of the same loops is answered once."""
+    s, c = _parse_set(s_text), _parse_set(c_text)
+    forms = []
+    for g in (s.coalesce().gist(c).coalesce(), s.gist(c).coalesce()):
+        rows = []
+        for bs in g.get_basic_sets():
+            if bs.dim(isl.dim_type.div):
+                rows = None
+                break
+            row = []
+            for con in bs.get_constraints():
+                terms, const = [], 0
+                for key, val in con.get_coefficients_by_name().items():
+                    v = int(val.to_python())
+                    if key == 1:
+                        const = v
+                    elif v:
+                        terms.append((key, v))
+                if terms:
+                    row.append((con.is_equality(), tuple(sorted(terms)), const))
+                elif (const != 0) if con.is_equality() else (const < 0):
+                    row = None  # an unsatisfiable constant constraint: the piece is empty
+                    break
+            if row is not None:
+                rows.append(tuple(row))
+        if rows is not None and tuple(rows) not in forms:
+            forms.append(tuple(rows))
+    return tuple(sorted(forms, key=lambda f: sum(map(len, f)) + len(f)))
+
+
 # -- PwQPolynomial -> sympy ----------------------------------------------------
 
 
