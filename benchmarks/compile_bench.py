@@ -10,7 +10,10 @@ Measurements, each in fresh processes so that nothing is warm by accident:
   with ``TENSORLANG_RUNTIME=compiled``, so the kernel is compiled), split into
   the stages of ``passes.profile`` (sharing … simplify, bounds, backend) and
   the first kernel call (Numba's JIT plus the run).  Median and worst over the
-  programs; goals: median <= 1 s, worst <= 3 s.
+  programs; goals: median <= 1 s, worst <= 3 s.  The child's CPU time (user +
+  system) over the same span is reported beside the wall time: with other
+  work on the machine the wall time stretches, the CPU time far less, so an
+  A/B under load reads the CPU column.
 * **warm**: the same, in a second new process with the cache the cold run
   filled (derived programs: backend/derived_cache.py; kernels:
   backend/cache.py; scalar functions: Numba's cache, ``NUMBA_CACHE_DIR`` set
