@@ -10,7 +10,10 @@ Measurements, each in fresh processes so that nothing is warm by accident:
   with ``TENSORLANG_RUNTIME=compiled``, so the kernel is compiled), split into
   the stages of ``passes.profile`` (sharing … simplify, bounds, backend) and
   the first kernel call (Numba's JIT plus the run).  Median and worst over the
-  programs; goals: median <= 1 s, worst <= 3 s.
+  programs; goals: median <= 1 s, worst <= 3 s.  The child's CPU time (user +
+  system) over the same span is reported beside the wall time: with other
+  work on the machine the wall time stretches, the CPU time far less, so an
+  A/B under load reads the CPU column.
 * **warm**: the same, in a second new process with the cache the cold run
   filled (derived programs: backend/derived_cache.py; kernels:
   backend/cache.py; scalar functions: Numba's cache, ``NUMBA_CACHE_DIR`` set
@@ -60,6 +63,16 @@ TAG = "@@COMPILE@@ "
 # Child processes
 
 
+def _cpu() -> float:
+    """This process's CPU seconds (user + system): on a loaded machine the
+    wall time of a cold compile stretches with the other work, its CPU time
+    much less."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _child_workload(name: str) -> dict:
     t0 = time.perf_counter()
     import numpy as np
@@ -74,6 +87,7 @@ def _child_workload(name: str) -> dict:
     w = W.BY_NAME[name]
     sizes = dict(w.quick)
     data = w.make_data(sizes)
+    c1 = _cpu()
     t1 = time.perf_counter()
     with recording() as times:
         loss, inputs = w.program()
@@ -83,6 +97,7 @@ def _child_workload(name: str) -> dict:
         out = g(**data)
         t_call = time.perf_counter() - t2
     total = time.perf_counter() - t1
+    cpu = _cpu() - c1
     ref = w.grad_ref(data)
     out = (out,) if len(w.wrt) == 1 else out  # one input: the gradient itself, not a tuple
     err = 0.0
@@ -93,7 +108,7 @@ def _child_workload(name: str) -> dict:
     stages = dict(times)
     # the first call's time beyond the backend stage: Numba's JIT (or cache load) and the run
     stages["first call"] = max(0.0, t_call - stages.get("backend", 0.0))
-    return {"workload": name, "import": t_import, "build": t_build, "call": t_call, "total": total,
+    return {"workload": name, "import": t_import, "build": t_build, "call": t_call, "total": total, "cpu": cpu,
             "stages": stages, "error": err, "modules": _our_modules(before)}
 
 
@@ -335,6 +350,7 @@ def _summary(rows) -> dict:
     floors = [r["split"]["floor"] for r in rows if "floor" in r.get("split", {})]
     out = {"failed": [r["workload"] for r in rows if not (_ok(r["cold"]) and _ok(r["warm"]))]}
     out["cold_median"], out["cold_worst"] = _stat(cold)
+    out["cold_cpu_median"], out["cold_cpu_worst"] = _stat([r["cold"]["cpu"] for r in rows if _ok(r["cold"]) and "cpu" in r["cold"]])
     out["warm_median"], out["warm_worst"] = _stat(warm)
     out["share_median"], out["share_worst"] = _stat(shares)
     direct = [r["split"]["imports"] + r["split"]["work"] for r in rows if "work" in r.get("split", {})]
@@ -350,7 +366,7 @@ def _summary(rows) -> dict:
     out["imports_median"] = statistics.median(imports) if imports else None
     out["floor_median"] = statistics.median(floors) if floors else None
     out["text"] = (f"cold first gradient: median {_f(out['cold_median'])}, worst {_f(out['cold_worst'])} "
-                   f"(goals 1 s, 3 s), beyond Numba's floor: median {_f(out['cold_beyond_floor_median'])}, "
+                   f"(goals 1 s, 3 s; CPU time: median {_f(out['cold_cpu_median'])}, worst {_f(out['cold_cpu_worst'])}), beyond Numba's floor: median {_f(out['cold_beyond_floor_median'])}, "
                    f"worst {_f(out['cold_beyond_floor_worst'])}; warm: median {_f(out['warm_median'])}, worst {_f(out['warm_worst'])}, "
                    f"of which Numba's floor (median) {_f(out['floor_median'])}; tensorlang's share: median "
                    f"{_f(out['share_median'])}, worst {_f(out['share_worst'])} (goal 0.1 s); measured directly "
@@ -373,7 +389,8 @@ def _print_row(r: dict) -> None:
         elif not _ok(x):
             print(f"{r['workload']:18s} {kind}: WRONG gradient (relative error {x['error']:.2e})", flush=True)
         else:
-            print(f"{r['workload']:18s} {kind}: {x['total']:.2f} s beyond import ({x['import']:.2f} s) "
+            print(f"{r['workload']:18s} {kind}: {x['total']:.2f} s beyond import ({x['import']:.2f} s), "
+                  f"CPU {x.get('cpu', float('nan')):.2f} s "
                   f"[{_stages(x['stages'])}]", flush=True)
     sp = r.get("split", {})
     if "floor" in sp:
@@ -390,8 +407,8 @@ def _fmt_chain(n_terms: int, r: dict) -> str:
 
 
 def markdown(res: dict) -> str:
-    lines = ["| program | cold (s) | warm (s) | Numba floor (s) | share (s) | imports (s) | work (s) | "
-             "load | slowest cold stages |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| program | cold (s) | cold CPU (s) | warm (s) | Numba floor (s) | share (s) | imports (s) | work (s) | "
+             "load | slowest cold stages |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["workloads"]:
         c, w, sp = r["cold"], r["warm"], r.get("split", {})
         cs = f"{c['total']:.2f}" if _ok(c) else "failed"
@@ -400,7 +417,8 @@ def markdown(res: dict) -> str:
         im = f"{sp['imports']:.3f}" if "imports" in sp else "-"
         wk = f"{sp['work']:.3f}" if "work" in sp else "-"
         sh = share(r)
-        lines.append(f"| {r['workload']} | {cs} | {ws} | {fl} | {_f(sh, '')} | {im} | {wk} | {r.get('load', '-')} | "
+        cc = f"{c['cpu']:.2f}" if _ok(c) and "cpu" in c else "-"
+        lines.append(f"| {r['workload']} | {cs} | {cc} | {ws} | {fl} | {_f(sh, '')} | {im} | {wk} | {r.get('load', '-')} | "
                      f"{_stages(c.get('stages', {}))} |")
     if res["chain"]:
         lines += ["", "| chain N | gradient build (s) |", "|---|---|"]

@@ -48,12 +48,16 @@ entries skip what they do not use: ``no_cfunc_wrapper`` (kernels are called
 from Python or other kernels, never as first-class function values) and,
 for ``kernel_serial``, ``no_rewrites`` (Numba's IR rewrites target array
 expressions, constant getitems on tuples, ``**``; the printed kernels use
-none of them: the LLVM it gets is the same).
+none of them: the LLVM it gets is the same), Numba's pipeline without the
+passes such a kernel gives nothing to do (``intrinsics.KernelCompiler``),
+and array elements read and written through the ``load``/``store``
+intrinsics (one typed call per access; same machine code).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import fields, replace
 
 from . import kir as K
@@ -76,6 +80,7 @@ from tensorlang.backend.hugepages import advise_huge as _huge
 from tensorlang.backend.intrinsics import imax as _imax, imin as _imin
 from tensorlang.backend.intrinsics import new_empty as _new_empty, new_zeros as _new_zeros
 from tensorlang.backend.intrinsics import new_empty_huge as _new_empty_huge, new_zeros_huge as _new_zeros_huge
+from tensorlang.backend.intrinsics import load as _ld, store as _st, KernelCompiler as _KernelCompiler
 from tensorlang.backend.vmath import tanh as _tanh
 
 _OPTS = dict(cache={cache}, nogil=True, error_model="numpy", no_cfunc_wrapper=True)
@@ -84,6 +89,17 @@ U = np.uint64  # indices proven in bounds are non-negative: no wraparound test
 '''
 
 
+
+
+# Whether the variant being printed accesses arrays through the ``load``/``store``
+# intrinsics (intrinsics.py): the serial one.  The parallel variant keeps
+# subscripts, which Numba's parfor analyses read (an intrinsic call is opaque
+# to them); it is not what a cold first call compiles.
+_PRINT = threading.local()
+
+
+def _intrinsic_access() -> bool:
+    return getattr(_PRINT, "intrinsic", False)
 
 
 def has_parallel(ir: KernelIR) -> bool:
@@ -144,16 +160,21 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
     if has_parallel(ir):
         variants.append(("kernel_parallel", True))
     for name, par in variants:
-        opts = "**_OPTS, parallel=True" if par else "**_OPTS, no_rewrites=True"  # see the module doc
+        # see the module doc
+        opts = "**_OPTS, parallel=True" if par else "**_OPTS, no_rewrites=True, pipeline_class=_KernelCompiler"
         args = ir.args + [THREADS_ARG] if par else ir.args
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
+        _PRINT.intrinsic = not par
         # serial: independent nests over one domain fused (hfuse.py), reductions
         # with column partial sums (colsum.py: SIMD inner loops), vectorizable
         # calls split out of reduction loops (fission.py)
         run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(ir)))
         run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
-        _stmts(run.body, 1, par, lines, reductions(run) if par else {})
+        try:
+            _stmts(run.body, 1, par, lines, reductions(run) if par else {})
+        finally:
+            _PRINT.intrinsic = False
         res = [f"{r}.copy()" if r in ir.copies else r for r in ir.results]
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")
         out.append("".join(lines))
@@ -212,6 +233,8 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 lines.append(f"{ind}{t} = {expr(v)}\n")
             case AccAdd(target=t, value=v):
                 lines.append(f"{ind}{t} += {expr(v)}\n")
+            case Store(array=a, index=ix, value=v) if _intrinsic_access():
+                lines.append(f"{ind}_st({a}, {expr(v)}, {', '.join(expr(i) for i in ix)})\n")
             case Store(array=a, index=ix, value=v):
                 lines.append(f"{ind}{a}[{', '.join(_index(i) for i in ix)}] = {expr(v)}\n")
             case Break():
@@ -299,6 +322,8 @@ def expr(e: K.KExpr) -> str:
             return f"({expr(a)} {op} {expr(b)})"
         case K.BoolOp(op=op, args=args):
             return "(" + f" {op} ".join(expr(a) for a in args) + ")"
+        case K.Load(array=a, index=ix, unsigned=True) if _intrinsic_access():
+            return f"_ld({a}, {', '.join(expr(i) for i in ix)})"
         case K.Load(array=a, index=ix, unsigned=u):
             return f"{a}[{', '.join(_index(i) if u else expr(i) for i in ix)}]"
         case K.FSum(terms=ts):
