@@ -11,8 +11,8 @@ import weakref
 
 from tensorlang.errors import TensorLangError, UnsupportedError
 from tensorlang.ir import (
-    FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, as_aff, children, conj, disj, free_indices, subst, subst_flat,
-    sym_aff,
+    FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, as_aff, conj, disj, free_indices, subst, subst_flat,
+    sym_aff, walk,
 )
 
 
@@ -170,16 +170,7 @@ def _affine(p: Pred) -> bool:
 
 def _pred_nodes(p: Pred):
     """Each distinct sub-predicate once (a DAG: composed guards share)."""
-    stack, seen = [p], set()
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        yield x
-        for c in children(x):
-            if isinstance(c, Pred):
-                stack.append(c)
+    return (x for x in walk(p) if isinstance(x, Pred))
 
 
 class Ctx:

@@ -19,7 +19,7 @@ from functools import lru_cache
 import islpy as isl
 
 from .errors import UnsupportedError, describe
-from .ir import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, size_vars
+from .ir import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, size_vars, walk
 
 
 
@@ -236,18 +236,7 @@ def gist_forms(binders, context: Pred, p: Pred) -> tuple:
 
 
 def _cmp_nodes(p: Pred):
-    stack, seen = [p], set()
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if isinstance(x, Cmp):
-            yield x
-        elif isinstance(x, (And, Or)):
-            stack += [x.lhs, x.rhs]
-        elif isinstance(x, Exists):
-            stack.append(x.body)
+    return (x for x in walk(p) if isinstance(x, Cmp))  # each distinct comparison once
 
 
 def _cmp_keys(c: Cmp) -> list:
