@@ -107,7 +107,9 @@ def _dedupe(groups) -> list:
     return out
 
 
-_SIMPLIFIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # p -> simplify_pred(p) (this pass's memo)
+# p -> simplify_pred(p) (this pass's memo), one table per size assumption
+# (isl_bridge.positive_sizes: dropping an unused exists binder needs its range non-empty)
+_SIMPLIFIED = {True: weakref.WeakKeyDictionary(), False: weakref.WeakKeyDictionary()}
 
 
 def simplify_pred(p: Pred) -> Pred:
@@ -116,9 +118,12 @@ def simplify_pred(p: Pred) -> Pred:
     Memoized per predicate: a derivative's guards share sub-predicates as a
     DAG (the adjoint of a stencil applied K times), and the tree walk was
     exponential in K."""
-    got = _SIMPLIFIED.get(p)
+    from tensorlang.isl_bridge import positive_sizes
+
+    memo = _SIMPLIFIED[positive_sizes()]
+    got = memo.get(p)
     if got is None:
-        got = _SIMPLIFIED[p] = _simplify_pred(p)
+        got = memo[p] = _simplify_pred(p)
     return got
 
 
@@ -150,7 +155,8 @@ def _simplify_pred(p: Pred) -> Pred:
             q = simplify_pred(q)
             if q is FALSE:
                 return FALSE
-            # drop binders the body does not mention (their ranges are non-empty for sizes >= 1)
+            # drop binders the body does not mention (their ranges are non-empty for sizes >= 1,
+            # or for sizes >= 0 under isl_bridge.sizes_may_be_zero when their extent says so)
             keep = [(i, n) for i, n in binds if i in free_indices(q) or not _nonempty(n)]
             for i, n in reversed(keep):
                 q = Exists(i, n, q)
@@ -160,8 +166,12 @@ def _simplify_pred(p: Pred) -> Pred:
 
 
 def _nonempty(n: Aff) -> bool:
-    """Is the range ``[0, n)`` non-empty for every size >= 1?"""
-    return all(c >= 0 for _, c in n.terms) and n.const + sum(c for _, c in n.terms) >= 1
+    """Is the range ``[0, n)`` non-empty for every size >= 1 (>= 0 when
+    sizes may be zero)?"""
+    from tensorlang.isl_bridge import positive_sizes
+
+    least = sum(c for _, c in n.terms) if positive_sizes() else 0
+    return all(c >= 0 for _, c in n.terms) and n.const + least >= 1
 
 
 def _affine(p: Pred) -> bool:
@@ -236,7 +246,10 @@ def decide(ctx: Ctx, p: Pred) -> Pred:
     the binders are renamed to positional slots, the answer is kept in a
     bounded table (cleared when full; each isl question costs a parse and a
     solve), and renamed back."""
-    key = (ctx.binds, ctx.facts, p)
+    from tensorlang.isl_bridge import positive_sizes
+
+    pos = positive_sizes()
+    key = (ctx.binds, ctx.facts, p, pos)
     got = _DECIDED.get(key)
     if got is not None:
         return got
@@ -246,7 +259,7 @@ def decide(ctx: Ctx, p: Pred) -> Pred:
     binds = tuple((_slot(k), _renamed(n, ren)) for k, (_, n) in enumerate(ctx.binds))
     facts = tuple(_renamed(f, ren) for f in ctx.facts)
     q = _renamed(p, ren)
-    ckey = (binds, facts, q)
+    ckey = (binds, facts, q, pos)
     ans = _DECIDED.get(ckey)
     if ans is None:
         ans = _DECIDED[ckey] = _decide(Ctx(binds, facts), q)

@@ -183,7 +183,12 @@ class _Program:
             bounds.check_program(prog)
         self.extra = {v.name: v for v in extra}
         self.fn = make_callable(prog, loops=loops, threads=threads)
+        self.loops, self.threads = loops, threads
         self.cache_hit = entry is not None and entry.hit  # the program came from the derived-program cache
+        # simplify decided the derived program's predicates for sizes >= 1; a call
+        # with a size of 0 runs the program derived again for sizes >= 0
+        self._build = entry.build if entry is not None else None
+        self._zero_fn = None
         self.inputs = {v.name for v in input_vars(prog)}
         self.sizes = {s.name for s in size_vars(prog)}
         self.rels = {r.name for r in relations_of(prog)}
@@ -253,6 +258,8 @@ class _Program:
             # validation, so each array is scanned once per call (issue 13)
             _, sizes, _, _ = prepare_inputs(self.source, src_kw, compressed=True, finite_elsewhere=self.inputs)
             bounds.check_sizes(self.constraints, sizes)
+            if any(v < 1 for v in sizes.values()):
+                return self._at_zero_size(kwargs, sizes)
             call_sizes = {k: v for k, v in sizes.items() if k in self.sizes}
             if sig is not None:
                 # the inputs passed on are checked by the kernel's own plan
@@ -275,6 +282,38 @@ class _Program:
                 run, kplan = got
                 remember(self._plans, sig, (plan[0], plan[1], (run, kplan, plan[1] + tuple(kplan.checks))))
         return out
+
+
+    def _at_zero_size(self, kwargs: dict, sizes: dict):
+        """A call with some size 0.  The derived program's predicates were
+        decided for sizes >= 1 (``[n >= 1]`` is true there, an unused
+        ``exists k < n`` holds), so it is derived again with every question
+        asked for sizes >= 0 (``isl_bridge.sizes_may_be_zero``), once per
+        callable, and run like the first (no signature plan: such calls are
+        rare and take the checked path)."""
+        if self._zero_fn is None:
+            if self._build is None:  # pragma: no cover - every derived program has its builder
+                raise TensorLangError("internal: a derived program without its builder was called at a size of 0")
+            from .isl_bridge import sizes_may_be_zero
+            from .runtime import make_callable
+
+            with sizes_may_be_zero():
+                prog = self._build()
+            self._zero_fn = (make_callable(prog, loops=self.loops, threads=self.threads),
+                             {v.name for v in input_vars(prog)} | {r.name for r in relations_of(prog)},
+                             {s.name for s in size_vars(prog)})
+        from .isl_bridge import sizes_may_be_zero
+
+        fn, names, size_names = self._zero_fn
+        call = {k: v for k, v in kwargs.items() if k in names}
+        call.update({k: v for k, v in sizes.items() if k in size_names})
+        with sizes_may_be_zero():  # anything the callable derives lazily, too
+            if self.packed_ok and (self.sparse or self.rels):
+                from .sparse import keep_packed
+
+                with keep_packed():
+                    return fn(**call)
+            return fn(**call)
 
 
 def _with_inputs(source: Expr, extra) -> Expr:

@@ -13,7 +13,9 @@ Relations are data, not affine: callers choose how to treat them
 
 from __future__ import annotations
 
+import contextvars
 import re
+from contextlib import contextmanager
 from functools import lru_cache
 
 import islpy as isl
@@ -89,6 +91,29 @@ def domain_names(binders, pred: Pred, extra=()) -> Names:
     return Names([i for i, _ in binders], params)
 
 
+# Decisions for derived programs assume every size >= 1 (a sum over an empty
+# range has no terms to simplify).  A call with a size of 0 runs a program
+# derived again inside ``sizes_may_be_zero()``, where every question is asked
+# for sizes >= 0 (autodiff._Program; found by review: value_and_grad of
+# ``Σ_i [n >= 1]·x_i`` at n = 0 returned Σ x).
+_SIZES_MAY_BE_ZERO = contextvars.ContextVar("tensorlang_sizes_may_be_zero", default=False)
+
+
+@contextmanager
+def sizes_may_be_zero():
+    """Within it, ``sizes_positive`` questions hold for every size >= 0."""
+    token = _SIZES_MAY_BE_ZERO.set(True)
+    try:
+        yield
+    finally:
+        _SIZES_MAY_BE_ZERO.reset(token)
+
+
+def positive_sizes(asked: bool = True) -> bool:
+    """Are sizes >= 1 assumed for a question asked with ``sizes_positive=asked``?"""
+    return asked and not _SIZES_MAY_BE_ZERO.get()
+
+
 def domain_text(binders, pred: Pred, *, rel: str = "error", sizes_positive: bool = True, extra=()) -> tuple[str, Names]:
     """isl text of ``{ [i0..ik] : 0 <= i_j < n_j and p }`` with sizes as parameters."""
     names = domain_names(binders, pred, extra)
@@ -96,7 +121,7 @@ def domain_text(binders, pred: Pred, *, rel: str = "error", sizes_positive: bool
     for i, n in binders:
         cons.append(f"0 <= {names.map[i]} < {names.aff(n)}")
     cons.append(names.pred(pred, rel))
-    if sizes_positive:
+    if positive_sizes(sizes_positive):
         cons.extend(f"{param_name(p)} >= 1" for p in names.params)
     text = f"{names.header()} -> {{ {names.tuple_()} : {' and '.join(cons)} }}"
     return text, names
@@ -176,7 +201,7 @@ def _remember(key, value):
 
 def is_empty(binders, pred: Pred, *, rel: str = "true", sizes_positive: bool = True) -> bool:
     """Is ``pred`` false at every point for every size >= 1 (relations read as true)?"""
-    key = ("empty", tuple(binders), pred, rel, sizes_positive)
+    key = ("empty", tuple(binders), pred, rel, positive_sizes(sizes_positive))
     got = _lookup(key)
     if got is not None:
         return got
@@ -186,7 +211,7 @@ def is_empty(binders, pred: Pred, *, rel: str = "true", sizes_positive: bool = T
 
 def implies(binders, p: Pred, q: Pred, *, sizes_positive: bool = True) -> bool:
     """Does ``p`` imply ``q`` on the domain for every size >= 1?  (Affine only.)"""
-    key = ("implies", tuple(binders), p, q, sizes_positive)
+    key = ("implies", tuple(binders), p, q, positive_sizes(sizes_positive))
     got = _lookup(key)
     if got is not None:
         return got

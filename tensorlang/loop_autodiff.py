@@ -371,7 +371,50 @@ def rdrv_xs(rev: _Reverse) -> list:
     return rev.body_vjp[1][1:]
 
 
+def _zero_size_guard(fn, rebuild, sizes_of):
+    """``fn``, except at a call where some size is 0: the loop's parts were
+    derived with their predicates decided for sizes >= 1, so such a call runs
+    the callable ``rebuild()`` makes inside ``isl_bridge.sizes_may_be_zero``
+    (built once; as ``autodiff._Program`` does for loop-free programs)."""
+    alt = []
+
+    def call(**inputs):
+        if not any(v < 1 for v in sizes_of(inputs).values()):
+            return fn(**inputs)
+        from .isl_bridge import sizes_may_be_zero
+
+        with sizes_may_be_zero():
+            if not alt:
+                alt.append(rebuild())
+            return alt[0](**inputs)
+
+    call.loop_program = fn.loop_program
+    return call
+
+
+def _lp_sizes(lp, skip=()):
+    """The sizes a call's inputs give the loop program (no copies; the call validates them)."""
+    from .evaluator import prepare_inputs
+
+    def sizes(inputs):
+        try:
+            _, got, _, _ = prepare_inputs(lp.expr, {k: v for k, v in inputs.items() if k not in skip},
+                                          exact=False, compressed=True)
+        except TensorLangError:
+            return {}  # the call itself reports the input error
+        return got
+
+    return sizes
+
+
 def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
+    g = _grad(loss, wrt, mode=mode, checkpoint=checkpoint, threads=threads)
+    rev = g.loop_program
+    return _zero_size_guard(g, lambda: _grad(loss, wrt, mode=mode, checkpoint=checkpoint, threads=threads),
+                            _lp_sizes(rev.lp, (rev.cot,)))
+
+
+def _grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
     if type_of(loss) is not REAL:
         raise TensorLangError(
             f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
@@ -388,7 +431,14 @@ def grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
 
 
 def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
-    g = grad(loss, wrt, mode=mode, checkpoint=checkpoint, threads=threads)
+    vg = _value_and_grad(loss, wrt, mode=mode, checkpoint=checkpoint, threads=threads)
+    rev = vg.loop_program
+    return _zero_size_guard(vg, lambda: _value_and_grad(loss, wrt, mode=mode, checkpoint=checkpoint, threads=threads),
+                            _lp_sizes(rev.lp, (rev.cot,)))
+
+
+def _value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
+    g = _grad(loss, wrt, mode=mode, checkpoint=checkpoint, threads=threads)
     rev = g.loop_program
     single = not isinstance(wrt, (list, tuple))
 
@@ -401,6 +451,12 @@ def value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=
 
 
 def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None, threads=None):
+    f = _vjp(expr, wrt, mode=mode, cotangent=cotangent, checkpoint=checkpoint, threads=threads)
+    return _zero_size_guard(f, lambda: _vjp(expr, wrt, mode=mode, cotangent=cotangent, checkpoint=checkpoint,
+                                            threads=threads), _lp_sizes(f.loop_program.lp, (cotangent,)))
+
+
+def _vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None, threads=None):
     xs, single = _wrt(wrt)
     if cotangent in {v.name for v in input_vars(expr)}:
         raise TensorLangError(f"the cotangent name {cotangent!r} is already an input of the program; pass cotangent=...")
@@ -432,6 +488,12 @@ def _cot_name(expr) -> str:
 
 def jvp(expr, wrt, *, mode: str = "sparse"):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``: the loop carries (state, tangent)."""
+    f = _jvp(expr, wrt, mode=mode)
+    xs, _ = _wrt(wrt)
+    return _zero_size_guard(f, lambda: _jvp(expr, wrt, mode=mode), _lp_sizes(f.loop_program, {"d" + x.name for x in xs}))
+
+
+def _jvp(expr, wrt, *, mode: str = "sparse"):
     xs, _ = _wrt(wrt)
     lp = _program(expr, "jvp", mode)
     sp = lp.sp

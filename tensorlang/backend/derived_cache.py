@@ -204,13 +204,19 @@ class Entry:
     program (``hit``) or builds and stores it."""
 
     def __init__(self, kind: str, source: Expr, wrt, options: dict, extra_inputs=()):
-        self.on = enabled()
+        # a derivation for sizes that may be 0 (isl_bridge.sizes_may_be_zero) is
+        # neither read from nor stored in the cache: its key would not say so
+        from ..isl_bridge import positive_sizes
+
+        self.on = enabled() and positive_sizes()
         self.text = request(kind, source, wrt, options) if self.on else None
         self.source, self.extra = source, tuple(extra_inputs)
         self.program = None
         self.hit = False
+        self.build = None
 
     def derive(self, build):
+        self.build = build  # kept: a call with a size of 0 derives again (autodiff._Program)
         if self.on:
             got = load(self.text, self.source, self.extra)
             if got is not None:
