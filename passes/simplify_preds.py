@@ -147,7 +147,7 @@ def _simplify_pred(p: Pred) -> Pred:
             return disj(*keep)
         case Exists():
             binds, q = [], p
-            while isinstance(q, Exists):
+            while isinstance(q, Exists) and not any(q.var is i for i, _ in binds):  # a shadowing binder: its own block
                 binds.append((q.var, q.extent))
                 q = q.body
             q = simplify_pred(q)

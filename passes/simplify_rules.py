@@ -284,7 +284,9 @@ def _gather_sum_block(e: Sum):
     cur: Expr = e
     while True:
         if isinstance(cur, Sum):
-            if any(cur.var in free_indices(q) for q in preds):
+            # a binder that shadows one gathered already, or an index the gathered
+            # brackets mention, starts a block of its own
+            if any(cur.var in free_indices(q) for q in preds) or any(cur.var is i for i, _ in binds):
                 break
             binds.append((cur.var, cur.extent))
             cur = cur.body

@@ -296,3 +296,60 @@ def test_a_shadowing_binder_hides_the_enclosing_facts():
         want = np.array([X[k - 3] if 3 <= k and k - 2 < mv else 0.0 for k in range(nv)])
         np.testing.assert_array_equal(tl.evaluate(s, x=X, n=nv), want)
         np.testing.assert_array_equal(tl.evaluate(e, x=X, n=nv), want)
+
+
+def test_single_point_elimination_stops_at_a_shadowing_binder():
+    # sum[k:m] sum[k:n] [k = i]·x[k] is m·[i < n]·x[i]; gathering both binders of
+    # one index into a block lost the outer one (its factor m), and
+    # exists[k:m-1] exists[k:n] (k = i+m+2) lost the outer range (false at m = 1)
+    from tensorlang.ir import Access, Cmp, Exists, as_aff, sym_aff
+    from tensorlang.passes.simplify_preds import Ctx, decide
+
+    n, m = tl.size("n"), tl.size("m")
+    x = tl.tensor("x", n)
+    k = tl.gen(n, lambda a: x[a]).var
+    i = tl.gen(n, lambda b: x[b]).var
+    e = Sum(k, as_aff(m), Sum(k, as_aff(n), Iverson(Cmp("==", sym_aff(k), sym_aff(i)), Access(x, sym_aff(k)))))
+    s = simplify(e)
+    p = Exists(k, as_aff(m) - 1, Exists(k, as_aff(n), Cmp("==", sym_aff(k), sym_aff(i) + as_aff(m) + 2)))
+    for q in (simplify_pred(p), decide(Ctx(((i, as_aff(n)),)), p)):
+        for mv in (1, 2, 3):
+            for nv in (4, 7):
+                for iv in range(nv):
+                    want = mv - 1 >= 1 and 0 <= iv + mv + 2 < nv
+                    got = _holds(q, {"m": mv, "n": nv}, {i: iv})
+                    assert got == want, (format(q, ".200"), mv, nv, iv)
+    for mv, nv in ((1, 3), (3, 3), (2, 5)):
+        X = np.arange(1.0, nv + 1)
+        for iv in range(nv):
+            got = _value(s, X, mv, i, iv)
+            assert got == mv * X[iv]
+
+
+def _holds(q, sizes, idx):
+    from tensorlang.ir import And, BoolLit, Cmp, Exists, Or
+
+    def aff(a, env):
+        return a.const + sum(c * (env[s] if s in env else sizes[s.name]) for s, c in a.terms)
+
+    def go(p, env):
+        if isinstance(p, BoolLit):
+            return p.value
+        if isinstance(p, Cmp):
+            lhs, rhs = aff(p.lhs, env), aff(p.rhs, env)
+            return {"<": lhs < rhs, "<=": lhs <= rhs, "==": lhs == rhs}[p.op]
+        if isinstance(p, And):
+            return go(p.lhs, env) and go(p.rhs, env)
+        if isinstance(p, Or):
+            return go(p.lhs, env) or go(p.rhs, env)
+        if isinstance(p, Exists):
+            return any(go(p.body, {**env, p.var: v}) for v in range(aff(p.extent, env)))
+        raise AssertionError(p)
+
+    return go(q, dict(idx))
+
+
+def _value(e, X, mv, i, iv):
+    from tensorlang.ir import subst
+
+    return tl.evaluate(subst(e, idx={i: iv}), x=X, m=mv)
