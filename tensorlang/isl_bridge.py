@@ -21,7 +21,7 @@ from functools import lru_cache
 import islpy as isl
 
 from .errors import UnsupportedError, describe
-from .ir import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, size_vars, walk
+from .ir import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, free_indices, size_vars, walk
 
 
 
@@ -253,9 +253,14 @@ def gist_forms(binders, context: Pred, p: Pred) -> tuple:
     c_text, _ = domain_text(binders, context, extra=(p,))
     back = {v: k for k, v in names.map.items()}
     own = {}
+    dims = set(names.map)
     for c in _cmp_nodes(p):
-        for key in _cmp_keys(c):
-            own.setdefault(key, c)
+        # only a comparison over the domain's own symbols: one under an exists may
+        # mention its bound index even where it cancels (j = i + j - m + 1 says
+        # i = m - 1), and out of its binder that index would be free
+        if free_indices(c) <= dims:
+            for key in _cmp_keys(c):
+                own.setdefault(key, c)
     return tuple(_disj_all([_conj_all([_cmp(con, back, own) for con in piece]) for piece in form])
                  for form in _gist_rows(s_text, c_text))
 

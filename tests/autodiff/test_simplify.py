@@ -353,3 +353,26 @@ def _value(e, X, mv, i, iv):
     from tensorlang.ir import subst
 
     return tl.evaluate(subst(e, idx={i: iv}), x=X, m=mv)
+
+
+def test_a_gist_never_reuses_a_comparison_from_under_an_exists():
+    # exists[j:m] (i < n ∧ j = i + j - m + 1) says i = m - 1 (j cancels); the gist's
+    # read-back reused the predicate's own node `j = i + j - m + 1`, which outside
+    # its exists has j free (found by the deterministic property run of session 8:
+    # a vjp refused with "free index variable(s) j")
+    from tensorlang import isl_bridge
+    from tensorlang.ir import Cmp, Exists, as_aff, free_indices, sym_aff
+
+    n, m = tl.size("n"), tl.size("m")
+    x = tl.tensor("x", n)
+    i = tl.gen(n, lambda a: x[a]).var
+    j = tl.gen(n, lambda b: x[b]).var
+    p = Exists(j, as_aff(m), Cmp("==", sym_aff(j), sym_aff(i) + sym_aff(j) - as_aff(m) + 1))
+    forms = isl_bridge.gist_forms(((i, as_aff(n)),), TRUE, p)
+    assert forms
+    for g in forms:
+        assert free_indices(g) <= {i}, format(g, ".200")
+        for mv in (1, 2, 4):
+            for nv in (1, 3, 5):
+                for iv in range(nv):
+                    assert _holds(g, {"m": mv, "n": nv}, {i: iv}) == (iv == mv - 1)
