@@ -209,6 +209,12 @@ def _accumulation(s, arrays: set):
     return s.array, s.index, terms[1]
 
 
+def _zeroing(s, arrays: set) -> bool:
+    """``a[ix] = 0`` for an array ``a`` in ``arrays``: a tiled accumulation
+    zeroes its tile's slab as the tile starts (scatter.py), in the loop."""
+    return isinstance(s, Store) and s.array in arrays and K.is_const(s.value, 0.0)
+
+
 def _scatter_split(loop: Loop, top: list, body: list, results: set, allocs: dict):
     """``(accumulated arrays, private allocations)`` when the scatter
     ``loop`` (in the statement list ``top``, part of the kernel's ``body``,
@@ -242,7 +248,8 @@ def _scatter_split(loop: Loop, top: list, body: list, results: set, allocs: dict
         sites = [s for s in stmts if isinstance(s, Store) and s.array == a]
         if a in allocs and a in before and not allocs[a].zero and a not in outside and a not in results:
             private.append(allocs[a])  # a contracted per-iteration array, allocated just before the loop
-        elif a in allocs and all(_accumulation(s, {a}) for s in sites):
+        elif a in allocs and all(_accumulation(s, {a}) or _zeroing(s, {a}) for s in sites) \
+                and any(_accumulation(s, {a}) for s in sites):
             if any(a in _stmt_reads(s, accs | {a}) for s in stmts):
                 return None  # read apart from its own accumulation
             accs.add(a)
@@ -298,6 +305,9 @@ def _iteration_work(loop: Loop) -> K.KExpr:
             local.add(s.name if isinstance(s, Alloc) else s.array)
     w = K.Int(1)
     for s in loop.body:
+        leaves = [t for t in walk_stmts(s.body) if not isinstance(t, Loop)] if isinstance(s, Loop) else []
+        if leaves and all(_zeroing(t, {getattr(t, "array", None)}) for t in leaves):
+            continue  # a tile's zeroing (scatter.py) counts as before, when it ran outside the loop
         if isinstance(s, Loop) and s.step == 1 and not (_names(s.lo, set()) | _names(s.hi, set())) & local:
             w = K.IBin("+", w, K.MinMax("max", (K.Int(0), K.IBin("-", s.hi, s.lo))))
     return w
@@ -330,7 +340,11 @@ def _split_scatter(loop: Loop, accs, private, allocs: dict) -> list:
     body = loop.body
     parts = {a: f"{a}_p" for a in accs}
 
+    zeroed = {s.array for s in walk_stmts(body) if _zeroing(s, set(accs))}
+
     def to_part(s):
+        if _zeroing(s, set(accs)):
+            return replace(s, array=parts[s.array], index=(K.Name(c),) + tuple(s.index))
         got = _accumulation(s, set(accs)) if isinstance(s, Store) else None
         if got is None:
             return s
@@ -354,6 +368,10 @@ def _split_scatter(loop: Loop, accs, private, allocs: dict) -> list:
         ix = tuple(f"{a}_e{d}" for d in range(len(allocs[a].shape)))
         at = tuple(K.Name(i) for i in ix)
         st = (Loop(k, K.Int(0), K.Name(T), 1, (Store(a, at, K.FSum((K.Load(a, at), K.Load(parts[a], (K.Name(k),) + at)))),), "gen"),)
+        if a in zeroed:
+            # the loop zeroes every element it does not skip (scatter.py), so ``a``
+            # holds no zeros before it: the first chunk's copy is stored, not added
+            st = (Store(a, at, K.Load(parts[a], (K.Int(0),) + at)), replace(st[0], lo=K.Int(1)))
         for d in reversed(range(len(ix))):
             st = (Loop(ix[d], K.Int(0), allocs[a].shape[d], 1, st, "gen", parallel=d == 0),)
         split += list(st)

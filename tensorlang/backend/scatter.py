@@ -31,13 +31,18 @@ partial copy of the output, added in chunk order.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import islpy as isl
+
 from ..ir import TRUE, Access, Add, Call, Gen, Iverson, Let, Mul, Proj, Rel, SparseVar, Sum, Var, accesses, conj, free_vars, gens, subst, sums, walk
 from . import kir as K
-from .domains import aff_expr, conjuncts
+from .domains import aff_expr, box_cons, conjuncts, has_rel
 from .fusion import fuse
 from .hoist import hoist, occurrences, split_bracket
 from .interchange import TILE, accumulate_order
-from .loopir import Alloc, Store
+from .astgen import expr_of
+from .loopir import Alloc, If, Loop, Store
 
 
 class ScatterPlan:
@@ -201,7 +206,9 @@ def fuse_with_scatters(binds, outs, base):
 
 
 def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
-    """``D`` zeroed, then one loop over X's points adding each term into it."""
+    """``D`` zeroed, then one loop over X's points adding each term into it.
+    A tiled accumulation zeroes each tile of ``D`` as its loop starts
+    (:func:`_tile_zeroing`) instead of the whole of ``D`` before the loops."""
     name = lw.names.new("array")
     ext = [n for _, n in plan.d_binds]
     alloc = Alloc(name, tuple(aff_expr(n, lw.scope0) for n in ext), True, role, d.name, role == "temporary")
@@ -210,15 +217,96 @@ def scatter_binding(lw, d, plan: ScatterPlan, role: str) -> list:
     lw.shared = occurrences(plan.value)
     lw.cse, lw._keep = {}, []
     pos = {y: k for k, (y, _) in enumerate(plan.x_binds)}
+    seen = set()
 
     def emit(sc, dims):
+        seen.update(dims)
         st, code = lw.scalar(plan.value, sc)
         at = tuple(K.Name(dims[pos[y]]) for y, _ in plan.d_binds)
         return st + [Store(name, at, K.sum_of([K.Load(name, at), code]))]
 
     order = (tuple(range(len(plan.x_binds))), plan.tile) if plan.tile else None
     stmts, _ = lw.block(plan.x_binds, conj(plan.x_pred, plan.pred), lw.scope0, emit, "scatter", plan.value, order)
+    tiled = _tile_zeroing(lw, plan, name, alloc.shape, stmts, seen) if plan.tile else None
+    if tiled is not None:
+        stmts = tiled
+        k = next(k for k, a in enumerate(lw.allocs) if a is alloc)
+        lw.allocs[k] = alloc = replace(alloc, zero=False)
     return [alloc] + stmts
+
+
+# A tiled accumulation (interchange.py) runs ``for t: for r: for h in tile t:
+# D[.., h] += ..``: tile ``t`` is the only one writing ``D[.., h]`` for ``h``
+# in ``[TILE t, TILE t + TILE)``.  Zeroing that slab as tile ``t`` starts,
+# while it is about to be in cache, replaces the pass over the whole of ``D``
+# before the loops (issue #13: the deconvolution's primal and gradient
+# zeroed 4e6-element arrays on every call).  Every element receives the same
+# additions in the same order from the same 0: bit-identical.  It is sound
+# when the loops are one loop over ``t`` (no guard around it, each tile
+# visited once) and every element of D's box has a point of the scatter's
+# domain (so every tile is visited: the loop over ``t`` scans the projection
+# of the domain).  Otherwise ``D`` is zeroed before the loops, as before.
+
+
+def _uncovered(lw, plan: ScatterPlan):
+    """The sizes (a kernel-IR condition) for which some point of D's box has
+    no point of the scatter's domain (``K.Bool(False)``: none; the
+    deconvolution's is ``m = 0``), or None when the domain is not affine."""
+    xs = [y for y, _ in plan.x_binds]
+    dv = [y for y, _ in plan.d_binds]
+    if not set(dv) <= set(xs) or len(set(dv)) != len(dv):
+        return None
+    cs = conjuncts(conj(plan.x_pred, plan.pred))
+    if any(has_rel(c) for c in cs):
+        return None
+    order = dv + [y for y in xs if y not in dv]
+    nm = {y: f"zc{k}" for k, y in enumerate(order)}
+    sc = lw.scope0.child(nm)
+    ext = dict(plan.x_binds)
+    box = box_cons([nm[y] for y in order], [ext[y] for y in order], sc)
+    hdr, known = lw.scope0.header(), lw.scope0.cons
+    full = isl.Set(f"{hdr} -> {{ [{', '.join(nm[y] for y in order)}] : {' and '.join(known + box + [sc.pred(c) for c in cs])} }}")
+    proj = full.project_out(isl.dim_type.set, len(dv), len(order) - len(dv))
+    want = isl.Set(f"{hdr} -> {{ [{', '.join(nm[y] for y in dv)}] : {' and '.join(known + box[:len(dv)])} }}")
+    bad = want.subtract(proj).params()
+    if bad.is_empty():
+        return K.Bool(False)
+    build = isl.AstBuild.from_context(isl.Set(lw.scope0.context_text()))
+    return expr_of(build.expr_from_set(bad), {})
+
+
+def _zero_loops(name: str, at: list, bounds: list) -> tuple:
+    """``for at[k] in bounds[k]: name[at] = 0`` (one statement)."""
+    zero = (Store(name, tuple(K.Name(v) for v in at), K.Float(0.0)),)
+    for v, (a, b) in reversed(list(zip(at, bounds))):
+        zero = (Loop(v, a, b, 1, zero, "gen"),)
+    return zero
+
+
+def _tile_zeroing(lw, plan: ScatterPlan, name: str, shape: tuple, stmts: list, dims: set):
+    """``stmts`` with D's slab of each tile zeroed as the tile's loop starts,
+    or None when that is not sound (see above)."""
+    if plan.x is not None or len(stmts) != 1 or not isinstance(stmts[0], Loop):
+        return None
+    tl = stmts[0]
+    if tl.step != 1 or tl.var in dims:
+        return None  # not the tile's loop
+    dv = [y for y, _ in plan.d_binds]
+    tiled = plan.x_binds[-1][0]  # the strip-mined (innermost) index
+    if tiled not in dv:
+        return None
+    bad = _uncovered(lw, plan)
+    if bad is None:
+        return None
+    lo = K.IBin("*", K.Int(plan.tile), K.Name(tl.var))
+    at = [lw.names.new("index") for _ in shape]
+    slab = [(lo, K.MinMax("min", (n, K.int_add(lo, K.Int(plan.tile))))) if y == tiled else (K.Int(0), n)
+            for y, n in zip(dv, shape)]
+    out = [replace(tl, body=_zero_loops(name, at, slab) + tuple(tl.body))]
+    if bad != K.Bool(False):  # sizes for which some tile is never visited: all of D zeroed first
+        all_at = [lw.names.new("index") for _ in shape]  # names apart: the parallel split reads them
+        out.insert(0, If(bad, _zero_loops(name, all_at, [(K.Int(0), n) for n in shape]), ()))
+    return out
 
 
 __all__ = ["ScatterPlan", "scatter_plans", "scatter_binding", "fuse_with_scatters"]

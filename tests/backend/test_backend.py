@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from tensorlang.backend.kir import Int, Name, evaluate_int
+from tensorlang.backend.kir import Int, Name, evaluate_int, is_const
 from tensorlang.backend.loopir import Alloc, If, Loop, Store, loop_depth, loops, walk_stmts
 from tensorlang.ir import (
     REAL,
@@ -237,20 +237,28 @@ def test_deconvolution_gradient_values_bounds_and_temporaries():
     assert len(nest) == 1 and nest[0].kind == "scatter"
     assert not any(isinstance(x, If) for x in walk_stmts(nest[0].body))
     for nn, mm in [(7, 3), (4, 4), (10, 1), (3000, 5)]:
-        seen = Counter()
-        _visit(nest, _sizes_env(k, n=nn, m=mm), out, seen)
+        seen, zeros = Counter(), Counter()
+        _visit(nest, _sizes_env(k, n=nn, m=mm), out, seen, zeros)
         want = Counter({kk: min(mm, nn + mm - 1 - kk) - max(0, mm - 1 - kk) for kk in range(nn + mm - 1)})
         assert seen == want
+        assert zeros == Counter(range(nn + mm - 1))  # each element zeroed once, in its tile
 
 
-def _visit(stmts, env, out, seen):
-    """Run a loop nest's integer part, counting the points where ``out`` is written."""
+def _visit(stmts, env, out, seen, zeros=None):
+    """Run a loop nest's integer part, counting the points where ``out`` is
+    written (its zeroing, a tile's slab zeroed as the tile starts, apart in ``zeros``)."""
     for s in stmts:
         if isinstance(s, Loop):
             for v in range(_eval_bound(s.lo, env), _eval_bound(s.hi, env), s.step):
-                _visit(s.body, {**env, s.var: v}, out, seen)
+                _visit(s.body, {**env, s.var: v}, out, seen, zeros)
         elif isinstance(s, Store) and s.array == out:
-            seen[tuple(_eval_bound(i, env) for i in s.index)[0]] += 1
+            at = tuple(_eval_bound(i, env) for i in s.index)[0]
+            if is_const(s.value, 0.0):
+                if zeros is not None:
+                    assert at not in seen  # zeroed before any term is added
+                    zeros[at] += 1
+            else:
+                seen[at] += 1
 
 
 def test_ssa_convolution_is_fused_no_n_by_m_buffer():
@@ -482,11 +490,15 @@ def test_adjoints_from_tl_adjoint_lower_to_narrow_loops():
     k = tl.compile(tl.adjoint(y, wrt=[xs]), threads=1)
     # accumulated along k (stride 1, interchange.py): each (k, j) of the range once
     (out,) = k.loop_ir.results
-    assert {lp.kind for lp in loops(k.loop_ir.body)} == {"scatter"}
+    # (besides the loops zeroing each tile's slab of the output as the tile starts)
+    zeroing = {lp.var for lp in loops(k.loop_ir.body) if all(
+        isinstance(t, Loop) or (isinstance(t, Store) and is_const(t.value, 0.0)) for t in walk_stmts(lp.body))}
+    assert {lp.kind for lp in loops(k.loop_ir.body) if lp.var not in zeroing} == {"scatter"}
     for nv, mv in [(7, 3), (2, 5)]:
-        seen = Counter()
-        _visit(k.loop_ir.body, _sizes_env(k, n=nv, m=mv), out, seen)
+        seen, zeros = Counter(), Counter()
+        _visit(k.loop_ir.body, _sizes_env(k, n=nv, m=mv), out, seen, zeros)
         assert seen == Counter({kk: min(mv, nv + mv - 1 - kk) - max(0, mv - 1 - kk) for kk in range(nv + mv - 1)})
+        assert zeros == Counter(range(nv + mv - 1))
     dyv, cv = rng.standard_normal(7), rng.standard_normal(3)
     np.testing.assert_allclose(k(dy=dyv, c=cv), np.correlate(dyv, cv, mode="full"), rtol=1e-13)
 
