@@ -14,6 +14,14 @@ lexicographic order of points.  A block whose relation conjuncts are tested
 per point (the image's mask ``M``) is separated too: the test stays in both
 pieces, simplified against each (lower.py; where the masked value is safe to
 compute everywhere it becomes a select, so the interior has no branch).
+
+isl's "separate" makes one copy of the boundary body per piece of every
+loop (seven copies for the image gradient's nest).  When the pieces make
+more than ``ROW_PIECES`` copies and every row of the domain and of the
+interior is an interval, :class:`Rows` emits fewer: per row meeting the
+interior, one boundary loop each side of the branch-free interior loop, and
+one boundary loop per row elsewhere (issue #14 item 6, cold compile latency:
+the generated source, which Numba's compile time follows, shrinks with it).
 """
 
 from __future__ import annotations
