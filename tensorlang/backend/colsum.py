@@ -20,8 +20,13 @@ It applies, in the serial kernel, to a loop ``L`` (a sum loop not nested in
 another loop) whose body holds an innermost loop ``for j in range(lo, hi):
 acc += e`` with ``acc`` assigned nowhere in ``L`` and read there only by its
 accumulations, and ``lo``, ``hi`` invariant in ``L`` (no loop variable or
-local of ``L`` in them).  A run-time test keeps the plain form when the row
-is long (``hi - lo > MAX_COLUMNS``: the partial sums would leave the cache).
+local of ``L`` in them).  A long row keeps at most ``MAX_COLUMNS`` partial
+sums (more would leave the cache): its first ``MAX_COLUMNS`` points go into
+the columns, the rest (``j >= lo + MAX_COLUMNS``, an empty loop for any
+shorter row) into ``acc`` as before.  One copy of ``L`` serves every row
+length: an earlier form tested the length and kept a second, plain copy of
+the whole nest, which doubled its generated source (issue #14 item 6, cold
+compile latency; wave's kernels: 710 -> 639 lines).
 Everything is built from loop-IR nodes (``loopir.py``, ``kir.py``).
 """
 
@@ -138,7 +143,8 @@ def _column_form(loop: Loop, inner: list, fresh) -> tuple:
     their own column arrays, guarded by the rows' lengths (module doc)."""
     pre, post, sub, tests = [], [], {}, []
     for m, accs in inner:
-        ext = K.IBin("-", m.hi, m.lo)
+        # columns kept: the row's length, at most MAX_COLUMNS
+        ext = K.MinMax("min", (K.IBin("-", m.hi, m.lo), K.Int(MAX_COLUMNS)))
         col = (K.IBin("-", K.Name(m.var), m.lo),)
         arr = {}
         for acc in accs:
@@ -148,11 +154,11 @@ def _column_form(loop: Loop, inner: list, fresh) -> tuple:
             post.append(Loop(q, K.Int(0), ext, 1, (AccAdd(acc, K.Load(w, (K.Name(q),))),), "sum"))
         body = tuple(Store(arr[x.target], col, K.FSum((K.Load(arr[x.target], col), x.value)))
                      if isinstance(x, AccAdd) and x.target in arr else x for x in m.body)
-        sub[id(m)] = (replace(m, body=body),)
-        tests.append(K.Cmp("<=", ext, K.Int(MAX_COLUMNS)))
+        split = K.int_add(m.lo, K.Int(MAX_COLUMNS))
+        # the row's tail beyond MAX_COLUMNS points (none in a shorter row): into acc
+        sub[id(m)] = (replace(m, hi=K.MinMax("min", (m.hi, split)), body=body), replace(m, lo=split))
     cols = replace(loop, body=substitute_stmts(loop.body, sub))
-    cond = tests[0] if len(tests) == 1 else K.BoolOp("and", tuple(tests))
-    return (If(cond, tuple(pre) + (cols,) + tuple(post), (loop,)),)
+    return tuple(pre) + (cols,) + tuple(post)
 
 
 def column_sums(ir: KernelIR) -> KernelIR:

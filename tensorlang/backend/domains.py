@@ -30,8 +30,29 @@ from .astgen import expr_of, int_literal
 MAX_SIZE = 1 << 40
 
 
-_HOLDS: dict = {}  # isl set text -> is it empty (Scope.holds)
-HOLDS_MEMO = 1 << 14
+# isl answers are functions of their sets' texts alone, and lowering asks the
+# same questions many times (image gradient: 300 ``holds`` queries, 114
+# distinct, 38 ``affine_test``).  What costs is *parsing* a scope's
+# constraints: an enclosing bracket's disjunctions make isl build a
+# disjunctive form (1-12 ms a set), so a scope's context is parsed once
+# (``_set``) and each query is a subset test against it (issue #14 item 6).
+MEMO = 1 << 14
+_SETS: dict = {}  # isl set text -> isl.Set
+_HOLDS: dict = {}  # (context text, condition text) -> bool (Scope.holds)
+_TESTS: dict = {}  # (context text, predicate text) -> affine_test's answer
+
+
+def _remember(memo: dict, key, value):
+    if len(memo) >= MEMO:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+def _set(text: str) -> "isl.Set":
+    """``isl.Set(text)``, parsed once (isl sets are values: operations make new ones)."""
+    got = _SETS.get(text)
+    return got if got is not None else _remember(_SETS, text, isl.Set(text))
 
 
 class Scope:
@@ -71,23 +92,23 @@ class Scope:
         return "[" + ", ".join(self.params) + "]"
 
     def context_text(self) -> str:
-        return f"{self.header()} -> {{ : {' and '.join(self.cons) or '0 = 0'} }}"
+        # each constraint once (scopes repeat size facts such as ``n >= 0``)
+        return f"{self.header()} -> {{ : {' and '.join(dict.fromkeys(self.cons)) or '0 = 0'} }}"
+
+    def context(self) -> "isl.Set":
+        """The scope's constraints as an isl parameter set (parsed once per text)."""
+        return _set(self.context_text())
 
     def holds(self, cond: str) -> bool:
         """Does the isl constraint ``cond`` hold wherever this scope's constraints do?"""
-        text = f"{self.header()} -> {{ : {' and '.join(self.cons + ['not (' + cond + ')']) } }}"
-        got = _HOLDS.get(text)
+        key = (self.context_text(), cond)
+        got = _HOLDS.get(key)
         if got is None:
-            # the answer is a function of the set's text alone: lowering asks
-            # the same question many times (image gradient: 286 queries, 102
-            # distinct, 4 ms each)
-            if len(_HOLDS) >= HOLDS_MEMO:
-                _HOLDS.clear()
-            got = _HOLDS[text] = isl.Set(text).is_empty()
+            got = _remember(_HOLDS, key, self.context().is_subset(_set(f"{self.header()} -> {{ : {cond} }}")))
         return got
 
     def feasible(self) -> bool:
-        return not isl.Set(self.context_text()).is_empty()
+        return not self.context().is_empty()
 
 
 def overapprox(p: Pred) -> Pred:
@@ -194,7 +215,7 @@ def ast_for(scope: Scope, dims: list, cons: list, order=None):
     default) over ``{S[dims] : cons}`` in ``scope``."""
     dom = isl.Set(block_set(scope, dims, scope.cons + cons))
     sched = isl.Map(f"{scope.header()} -> {{ S[{', '.join(dims)}] -> [{', '.join(schedule_dims(dims, order))}] }}").intersect_domain(dom)
-    build = isl.AstBuild.from_context(isl.Set(scope.context_text()))
+    build = isl.AstBuild.from_context(scope.context())
     return build.node_from_schedule_map(isl.UnionMap.from_map(sched))
 
 
@@ -226,12 +247,20 @@ def affine_test(sc: Scope, p):
     """The affine predicate ``p`` simplified against the scope's constraints:
     ``Bool`` when decided, else isl's own expression of the gisted set; None
     if isl cannot take it."""
-    import islpy as isl
-
     try:
-        ctx = isl.Set(sc.context_text())
-        test = isl.Set(f"{sc.header()} -> {{ : {sc.pred(p)} }}")
-    except (isl.Error, UnsupportedError):
+        key = (sc.context_text(), sc.pred(p))
+    except UnsupportedError:
+        return None
+    if key in _TESTS:
+        return _TESTS[key]
+    return _remember(_TESTS, key, _affine_test(sc, key[1]))
+
+
+def _affine_test(sc: Scope, pred: str):
+    try:
+        ctx = sc.context()
+        test = _set(f"{sc.header()} -> {{ : {pred} }}")
+    except isl.Error:
         return None
     if ctx.is_subset(test):
         return K.Bool(True)

@@ -62,7 +62,7 @@ from .domains import MAX_SIZE, Scope, aff_expr, ast_for, box_cons, conjuncts, co
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import Alloc, Assign, If, KernelIR, Loop, Store
 from .temps import bound_depth
-from .separate import separation
+from .separate import Rows, separation
 from .interchange import block_order
 from .masks import select, selectable, unguarded
 from .contract import fuse_and_contract
@@ -278,7 +278,10 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
         finally:
             if pvar is not None:
                 self.drivers.pop()
-        if node is not None:
+        if isinstance(node, Rows):
+            stmts = node.loops(names, body, kind)
+            full = not skips and (not dom or covers(scope, names, box, dom))
+        elif node is not None:
             stmts = to_loops(node, names, body, kind, sched)
             full = not skips and (not dom or covers(scope, names, box, dom))
         elif driver is None:
