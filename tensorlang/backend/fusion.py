@@ -174,7 +174,10 @@ def zero_cost(e: Expr) -> bool:
 
 class _Uses:
     def __init__(self):
-        self.sites = []  # (index tuple, binder list, predicate list)
+        # (index tuple, binder list, predicate list); each predicate is kept
+        # with the number of binders enclosing it, so that a binder shadowed
+        # below it does not capture its index (``_site_scope``)
+        self.sites = []
         self.other = False  # a use that is not a full access
         self.nodes = []  # the access node of each site
 
@@ -196,7 +199,7 @@ def _collect(e: Expr, x: Var, rank: int, binders: list, preds: list, acc: _Uses)
         case Gen(var=i, extent=n, body=b) | Sum(var=i, extent=n, body=b):
             _collect(b, x, rank, binders + [(i, n)], preds, acc)
         case Iverson(pred=p, body=b):
-            _collect(b, x, rank, binders, preds + [p], acc)
+            _collect(b, x, rank, binders, preds + [(p, len(binders))], acc)
         case Add(lhs=a, rhs=b) | Mul(lhs=a, rhs=b):
             _collect(a, x, rank, binders, preds, acc)
             _collect(b, x, rank, binders, preds, acc)
@@ -250,11 +253,18 @@ def _replace(e: Expr, x: Var, g: list, body: Expr, memo: dict) -> Expr:
 
 
 def _site_scope(site, base: Scope):
+    """The isl scope of a use site: one symbol per enclosing binder, the
+    binders' boxes and the brackets around the use.  An index bound twice
+    (a shadowing binder) names the innermost binder in the access, but a
+    bracket between the two binders still speaks of the outer one."""
     _, binders, preds = site
     names = [f"f{k}" for k in range(len(binders))]
-    syms = {i: nm for (i, _), nm in zip(binders, names)}
-    sc = base.child(syms)
-    cons = box_cons(names, [n for _, n in binders], sc) + [sc.pred(p) for p in preds]
+
+    def scope_at(depth):
+        return base.child({i: nm for (i, _), nm in zip(binders[:depth], names)})
+
+    sc = scope_at(len(binders))
+    cons = box_cons(names, [n for _, n in binders], sc) + [scope_at(d).pred(p) for p, d in preds]
     return sc, names, cons
 
 
@@ -287,7 +297,8 @@ def _one_use(acc: _Uses) -> bool:
     first = acc.nodes[0]
     _, b0, p0 = acc.sites[0]
     return all(
-        n is first and _same([v for v, _ in b], [v for v, _ in b0]) and _same(p, p0)
+        n is first and _same([v for v, _ in b], [v for v, _ in b0])
+        and _same([q for q, _ in p], [q for q, _ in p0]) and [d for _, d in p] == [d for _, d in p0]
         for n, (_, b, p) in zip(acc.nodes, acc.sites)
     )
 

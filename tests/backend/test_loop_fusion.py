@@ -285,3 +285,34 @@ def test_column_sums_and_their_fallback(monkeypatch, cap):
     for shape in [(0, 3), (3, 0), (1, 1), (4, 5), (6, 2)]:
         x = np.random.default_rng(sum(shape)).normal(size=shape)
         np.testing.assert_allclose(k(a=x), (x * x).sum(), rtol=1e-13)
+
+
+def test_a_bracket_above_a_shadowing_binder_speaks_of_the_outer_index():
+    # gen[i:n] [i < m]·(gen[i:n] x[i]) with x of extent m: the bracket bounds
+    # the outer i, not the inner one that x is read at, so the use of x there
+    # is not provably in range and must not be fused (the site scope used to
+    # give the bracket to the innermost binder of i, and proved it)
+    import tensorlang as tl
+    from tensorlang.backend.domains import Scope
+    from tensorlang.backend.fusion import _Uses, _collect, _in_bounds_site
+    from tensorlang.ir import Access, Cmp, Gen, Iverson, as_aff, sym_aff
+
+    n, m = tl.size("n"), tl.size("m")
+    x = tl.tensor("x", m)
+    i = tl.gen(n, lambda k: x[0]).var
+    sizes = {v: v.name for v in as_aff(n).size_vars() | as_aff(m).size_vars()}
+    base = Scope(sizes, ["n", "m"], ["0 <= n", "0 <= m"], {"positive": ["n", "m"], "needs_positive": False, "checks": []})
+    below = Cmp("<", sym_aff(i), as_aff(m))
+
+    def site(e):
+        acc = _Uses()
+        _collect(e, x, 1, [], [], acc)
+        assert len(acc.sites) == 1 and not acc.other
+        return acc.sites[0]
+
+    read = Access(x, sym_aff(i))
+    shadowed = Gen(i, as_aff(n), Iverson(below, Gen(i, as_aff(n), read)))
+    assert not _in_bounds_site(site(shadowed), [as_aff(m)], base)
+    # the same bracket directly around the read does bound it
+    direct = Gen(i, as_aff(n), Gen(i, as_aff(n), Iverson(below, read)))
+    assert _in_bounds_site(site(direct), [as_aff(m)], base)
