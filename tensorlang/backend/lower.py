@@ -86,6 +86,9 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
         self.dense_rels: list = []  # relations tested through their dense table
         self.functions: dict = {}  # registered name -> allocator name
         self.allocs: list = []
+        # array name -> the loops storing 0.0 on the box minus the gen's domain
+        # (``_rest_zeros``), used in place of zeroing the whole array
+        self.rest_zeros: dict = {}
         svs = set(size_vars(program))
         for r in relations_of(program):
             for a in r.extents:
@@ -205,9 +208,25 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
             return [alloc] + stmts
         else:
             alloc = Alloc(name, tuple(aff_expr(n, self.scope0) for n in ext), not full, role, x.name, pooled)
+            if not full and scope is self.scope0 and self.mode == "sparse" and not has_rel(p):
+                self.rest_zeros[name] = self._rest_zeros(name, gb, p, scope)
         self.allocs.append(alloc)
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
+
+    def _rest_zeros(self, name: str, binds, p, scope: Scope) -> list:
+        """Loops storing 0.0 at the points of the box ``binds`` where the
+        affine predicate ``p`` fails: the only elements of a partly covered
+        gen the domain's loops do not write (the Iverson bracket's zeros,
+        Fig. 4), so the array need not be zeroed whole first (a step of the
+        Burgers adjoint zeroed two n-arrays for their two boundary elements)."""
+        names = [self.names.new("index") for _ in binds]
+        sc = scope.child({i: nm for (i, _), nm in zip(binds, names)})
+        box = box_cons(names, [n for _, n in binds], sc)
+        dom = [sc.pred(c) for c in conjuncts(p)]
+        rest = box + ([f"not ({' and '.join(dom)})"] if dom else ["1 = 0"])
+        zero = [Store(name, tuple(K.Name(d) for d in names), K.Float(0.0))]
+        return to_loops(ast_for(scope, names, rest), names, zero, "gen", names)
 
     def block(self, binds, p, scope: Scope, emit, kind: str, expr=None, order=None):
         """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box).
@@ -316,6 +335,26 @@ def _mark_parallel(stmts) -> list:
     return out
 
 
+def _zero_rest(body, allocs, rest: dict):
+    """``(body, allocs)`` with each top-level zero-initialised array that has
+    loops over the rest of its box (``Lowerer._rest_zeros``; not contracted)
+    allocated uninitialised and those loops placed right after its
+    allocation: its domain's loops write every other element, so each
+    element is written once, not twice (a full zero fill is one more pass
+    over the array per call: per step in a loop's step programs)."""
+    done = {}
+    out = []
+    for s in body:
+        if isinstance(s, Alloc) and s.zero and s.name in rest:
+            s2 = replace(s, zero=False)
+            done[s.name] = s2
+            out.append(s2)
+            out.extend(rest[s.name])
+        else:
+            out.append(s)
+    return out, [done.get(a.name, a) for a in allocs]
+
+
 def _unique(checks):
     seen, out = set(), []
     for a, n, what in checks:
@@ -380,6 +419,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
     # intermediates read only at their own loop's point become locals (contract.py)
     body, gone = fuse_and_contract(body, lw.allocs, set(results), lw.local)
     lw.allocs = [a for a in lw.allocs if a.name not in gone]
+    body, lw.allocs = _zero_rest(body, lw.allocs, lw.rest_zeros)
     args = [lw.scope0.symmap[s] for s in lw.sizes]
     inputs = []
     for (v, path), (name, ext) in lw.leaves.items():
