@@ -161,3 +161,14 @@ def test_burgers_adjoint_step_writes_no_whole_array_zero_fill():
     want = B.grad_ref(d)
     np.testing.assert_allclose(gu, want["u0"], rtol=1e-11, atol=1e-13)
     assert float(gc) == pytest.approx(float(want["c"]), rel=1e-11)
+
+
+def test_a_thin_domain_keeps_the_zeroed_allocation():
+    # [i = j] covers n of n² points: its rest is the box's volume, zeroed by
+    # the allocation (calloc), not by loops (lower.RIM)
+    n = tl.size("n")
+    dy = tl.scalar("dy")
+    adj = tl.gen(n, lambda i: tl.gen(n, lambda j: tl.iverson(i == j, dy)))
+    ir, _ = tl.compile(adj).lowered()
+    assert [a.zero for a in _allocs(ir)] == [True] and _zero_stores(ir.body) == []
+    np.testing.assert_array_equal(tl.compile(adj)(n=6, dy=2.0), 2.0 * np.eye(6))
