@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import islpy as isl
+
 from ..errors import TensorLangError, UnsupportedError, describe
 from ..ir import (
     Add,
@@ -58,7 +60,7 @@ from ..ir import (
 from . import kir as K
 from .astgen import to_loops
 from .fusion import out_vars, resolve_aliases, split_program
-from .domains import MAX_SIZE, Scope, aff_expr, ast_for, box_cons, conjuncts, covers, has_rel
+from .domains import MAX_SIZE, Scope, aff_expr, ast_for, block_set, box_cons, conjuncts, covers, has_rel
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import Alloc, Assign, If, KernelIR, Loop, Store
 from .temps import bound_depth
@@ -73,6 +75,10 @@ from .exprs import ExprLowering, const_value
 from .elements import canonical, extents_key, reuse
 from .blas import dense_shape, extract_products, lower_gemm
 
+# A partly covered gen's rest is zeroed by loops (``Lowerer._rest_zeros``)
+# only when its domain holds at every point this far inside the box's faces
+RIM = 4
+
 
 class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
     def __init__(self, program: Expr, mode: str):
@@ -86,6 +92,9 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
         self.dense_rels: list = []  # relations tested through their dense table
         self.functions: dict = {}  # registered name -> allocator name
         self.allocs: list = []
+        # array name -> the loops storing 0.0 on the box minus the gen's domain
+        # (``_rest_zeros``), used in place of zeroing the whole array
+        self.rest_zeros: dict = {}
         svs = set(size_vars(program))
         for r in relations_of(program):
             for a in r.extents:
@@ -205,9 +214,33 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
             return [alloc] + stmts
         else:
             alloc = Alloc(name, tuple(aff_expr(n, self.scope0) for n in ext), not full, role, x.name, pooled)
+            if not full and scope is self.scope0 and self.mode == "sparse" and not has_rel(p):
+                got = self._rest_zeros(name, gb, p, scope)
+                if got is not None:
+                    self.rest_zeros[name] = got
         self.allocs.append(alloc)
         self.arrays[x] = (name, tuple(ext))
         return [alloc] + stmts
+
+    def _rest_zeros(self, name: str, binds, p, scope: Scope) -> list:
+        """Loops storing 0.0 at the points of the box ``binds`` where the
+        affine predicate ``p`` fails: the only elements of a partly covered
+        gen the domain's loops do not write (the Iverson bracket's zeros,
+        Fig. 4), so the array need not be zeroed whole first (a step of the
+        Burgers adjoint zeroed two n-arrays for their two boundary elements)."""
+        names = [self.names.new("index") for _ in binds]
+        sc = scope.child({i: nm for (i, _), nm in zip(binds, names)})
+        box = box_cons(names, [n for _, n in binds], sc)
+        dom = [sc.pred(c) for c in conjuncts(p)]
+        rest = box + ([f"not ({' and '.join(dom)})"] if dom else ["1 = 0"])
+        # only a border: the domain holds on the box's points at least RIM from
+        # each face, so the rest is O(the box's surface), not of its volume
+        # (trace's adjoint [i = j] leaves n² - n zeros: a calloc'd array is cheaper)
+        inner = [f"{RIM} <= {v} < {sc.aff(n)} - {RIM}" for v, (_, n) in zip(names, binds)]
+        if not isl.Set(block_set(scope, names, scope.cons + rest + inner)).is_empty():
+            return None
+        zero = [Store(name, tuple(K.Name(d) for d in names), K.Float(0.0))]
+        return to_loops(ast_for(scope, names, rest), names, zero, "gen", names)
 
     def block(self, binds, p, scope: Scope, emit, kind: str, expr=None, order=None):
         """Loops over ``binds`` where ``p`` holds; returns (stmts, covers_box).
@@ -319,6 +352,26 @@ def _mark_parallel(stmts) -> list:
     return out
 
 
+def _zero_rest(body, allocs, rest: dict):
+    """``(body, allocs)`` with each top-level zero-initialised array that has
+    loops over the rest of its box (``Lowerer._rest_zeros``; not contracted)
+    allocated uninitialised and those loops placed right after its
+    allocation: its domain's loops write every other element, so each
+    element is written once, not twice (a full zero fill is one more pass
+    over the array per call: per step in a loop's step programs)."""
+    done = {}
+    out = []
+    for s in body:
+        if isinstance(s, Alloc) and s.zero and s.name in rest:
+            s2 = replace(s, zero=False)
+            done[s.name] = s2
+            out.append(s2)
+            out.extend(rest[s.name])
+        else:
+            out.append(s)
+    return out, [done.get(a.name, a) for a in allocs]
+
+
 def _unique(checks):
     seen, out = set(), []
     for a, n, what in checks:
@@ -383,6 +436,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
     # intermediates read only at their own loop's point become locals (contract.py)
     body, gone = fuse_and_contract(body, lw.allocs, set(results), lw.local)
     lw.allocs = [a for a in lw.allocs if a.name not in gone]
+    body, lw.allocs = _zero_rest(body, lw.allocs, lw.rest_zeros)
     args = [lw.scope0.symmap[s] for s in lw.sizes]
     inputs = []
     for (v, path), (name, ext) in lw.leaves.items():
