@@ -237,7 +237,7 @@ def _rows_vtA(lw, out: str, v: str, a: str, dims) -> tuple:
     acc = Store(out, (K.Name(k),), K.FSum((K.Load(out, (K.Name(k),)),
                                            K.FMul(K.Load(a, (K.Name(i), K.Name(k))), K.Name(c)))))
     inner = Loop(k, K.Int(0), cols, 1, (acc,), "gen")
-    return (zero, Loop(i, K.Int(0), rows, 1, (Assign(c, K.Load(v, (K.Name(i),))), inner), "sum"))
+    return (zero, Loop(i, K.Int(0), rows, 1, (Assign(c, K.Load(v, (K.Name(i),))), inner), "scatter"))
 
 
 # -- finiteness witnesses (issue #13: the NaN/inf scan of a large input) ----------------------

@@ -89,6 +89,10 @@ def test_quadform_values(n):
     assert val == pytest.approx(float(y @ y), rel=1e-12)
     np.testing.assert_allclose(gx2, gx, rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(gA2, gA)
+    # the parallel variant (not fused; vᵀA's row loop in per-thread chunks)
+    gx3, gA3 = tl.grad(loss, wrt=[x, A], threads=2)(A=Av, x=xv)
+    np.testing.assert_allclose(gx3, 2.0 * Av.T @ y, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gA3, 2.0 * np.outer(y, xv), rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("m,d", [(30, 7), (WITNESS_MIN // 64 + 5, 64)])
