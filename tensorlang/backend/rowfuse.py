@@ -37,10 +37,13 @@ loops, not this program alone:
 
 A GEMV whose matrix is past the caches runs loops (blas.py: the witnessed
 ``A v`` and the row-order ``vᵀA``); a smaller one calls BLAS, chosen at run
-time from the sizes (``If(size test, [Gemm], loops)``).  The fused loops are
-therefore a *version* of the kernel: ``if not test₁ and … : fused else:
-original``, where the original keeps every BLAS choice (and hfuse.py's
-fusions).  Top-level allocations are hoisted in front of the version test,
+time from the sizes (``If(size test, [Gemm], loops)``, the test including
+``elements < WITNESS_MIN``).  The fused loops are therefore a *version* of
+the kernel: ``if not test₁ and … : fused else: original``, where the
+original keeps every BLAS choice (and hfuse.py's fusions).  Choices without
+that bound (GEMMs, which BLAS takes at every large size) stay in the
+version as they are: duplicating the kernel for sizes where a sweep costs
+nothing would only double its compile time.  Top-level allocations are hoisted in front of the version test,
 so they keep their huge pages (hugepages.py).  Everything is built from
 loop-IR nodes.  Only the serial kernel is fused (the parallel one keeps a
 ``prange`` per nest).
@@ -51,7 +54,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import kir as K
-from .blas import Gemm
+from .blas import WITNESS_MIN, Gemm
 from .colsum import _names
 from .hfuse import _OPAQUE, _breaks, _dead_after, _independent, _rename, _rw, fuse_nests
 from .loopir import AccAdd, Alloc, If, KernelIR, Loop, Store, walk_stmts
@@ -156,6 +159,15 @@ def _fuse_once(body: list, results: set):
     return None
 
 
+def _loops_when_large(cond) -> bool:
+    """The BLAS choice ``cond`` requires a matrix under ``WITNESS_MIN`` elements
+    (blas.py's GEMVs past the caches run loops): only then can the fused
+    version run at a size where a sweep costs anything.  A choice BLAS takes at
+    every large size (a GEMM) would only duplicate the kernel's code."""
+    parts = cond.args if isinstance(cond, K.BoolOp) and cond.op == "and" else (cond,)
+    return any(isinstance(p, K.Cmp) and p.op == "<" and p.rhs == K.Int(WITNESS_MIN) for p in parts)
+
+
 def _negate(c):
     """``not c`` as kernel IR (comparisons, and/or, constants), or None."""
     flip = {"<": ">=", ">=": "<", "<=": ">", ">": "<="}
@@ -179,7 +191,8 @@ def row_fuse(ir: KernelIR) -> KernelIR:
     # the run-time BLAS choices (size tests only): the fused version takes their loops
     conds = []
     for s in body:
-        if isinstance(s, If) and any(isinstance(t, Gemm) for t in s.then) and _names(s.cond, set()) <= sizes:
+        if isinstance(s, If) and any(isinstance(t, Gemm) for t in s.then) and _names(s.cond, set()) <= sizes \
+                and _loops_when_large(s.cond):
             if s.cond not in conds:
                 conds.append(s.cond)
     version: list = []
