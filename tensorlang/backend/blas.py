@@ -28,6 +28,13 @@ microsecond of set-up; below that, the loops win).  Every kernel array is
 C-contiguous (inputs are made so before the call, allocations are fresh), so
 the views are what BLAS reads directly.  Results equal the loops' up to the
 order of additions.
+
+A GEMV whose matrix is past the caches (``WITNESS_MIN`` elements) runs loops
+instead: ``A v`` row by row with A's finiteness witness (below), and ``vᵀA``
+(the adjoint's ``Aᵀ r``) as a row-order scatter, ``out[:] += A[i, :]·v[i]``.
+Either is one streaming pass over A, as BLAS's is, and rowfuse.py fuses such
+row loops over the same matrix into one pass (issue #13: the quadratic
+form's gradient reads A once).
 """
 
 from __future__ import annotations

@@ -167,7 +167,8 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
         _PRINT.intrinsic = not par
-        # serial: independent nests over one domain fused (hfuse.py), reductions
+        # serial: row loops sweeping one matrix fused, in a loops-only version
+        # (rowfuse.py), independent nests over one domain fused (hfuse.py), reductions
         # with column partial sums (colsum.py: SIMD inner loops), vectorizable
         # calls split out of reduction loops (fission.py)
         run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(row_fuse(ir))))
