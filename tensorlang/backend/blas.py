@@ -28,6 +28,13 @@ microsecond of set-up; below that, the loops win).  Every kernel array is
 C-contiguous (inputs are made so before the call, allocations are fresh), so
 the views are what BLAS reads directly.  Results equal the loops' up to the
 order of additions.
+
+A GEMV whose matrix is past the caches (``WITNESS_MIN`` elements) runs loops
+instead: ``A v`` row by row with A's finiteness witness (below), and ``vᵀA``
+(the adjoint's ``Aᵀ r``) as a row-order scatter, ``out[:] += A[i, :]·v[i]``.
+Either is one streaming pass over A, as BLAS's is, and rowfuse.py fuses such
+row loops over the same matrix into one pass (issue #13: the quadratic
+form's gradient reads A once).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from ..errors import UnsupportedError
 from ..ir import REAL, Access, Add, Call, Iverson, Mul, SparseVar, Sum, TensorT, Var, access, accesses, free_indices, fresh_var, gens, make_gens, sums
 from . import kir as K
 from .domains import aff_expr
-from .loopir import AccAdd, Alloc, Assign, If, Loop
+from .loopir import AccAdd, Alloc, Assign, If, Loop, Store
 
 # Numba's np.dot calls the BLAS that SciPy ships (scipy.linalg.cython_blas); SciPy is a core
 # dependency for it, and an environment without SciPy keeps every product's loops
@@ -194,6 +201,11 @@ def lower_gemm(lw, x, gb, rhs, stmts: list) -> list:
     dims = tuple(None if d is None else aff_expr(d, lw.scope0) for d in got.dims)
     use = worth_blas(dims)
     wit = _witnessed(lw, got)
+    if wit is None and _row_order(got):
+        # vᵀA past the caches: the loops, row by row (a row loop over A that
+        # rowfuse.py can share with the other sweeps of A in the kernel)
+        use = K.and_of([use, _small(dims)])
+        return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), _rows_vtA(lw, name, lhs.array, rhs_v.array, dims))]
     if wit is None:
         return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))]
     # a matrix past the caches: the loops, which witness its finiteness (below)
@@ -201,6 +213,38 @@ def lower_gemm(lw, x, gb, rhs, stmts: list) -> list:
                   K.Int(WITNESS_MIN))
     use = K.and_of([use, small])
     return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))] + finite_witness(lw, wit, name, got.dims[0], use)
+
+
+def _small(dims) -> K.KExpr:
+    """The matrix of a GEMV with extents ``dims`` (m, None, k) has fewer than ``WITNESS_MIN`` elements."""
+    return K.Cmp("<", K.IBin("*", K.MinMax("min", (dims[0], K.Int(_CAP))), K.MinMax("min", (dims[2], K.Int(_CAP)))),
+                 K.Int(WITNESS_MIN))
+
+
+def _row_order(got) -> bool:
+    """``got`` is ``vᵀA`` (``gen[k] sum[i] v[i]·A[i, k]``, A not transposed)."""
+    return got.dims[1] is None and not got.lhs[1] and not got.rhs[1] and len(got.dims) == 3 \
+        and got.lhs[0] is not got.rhs[0]
+
+
+def _rows_vtA(lw, out: str, v: str, a: str, dims) -> tuple:
+    """``out = vᵀA`` as loops that read A row by row (kernel IR)::
+
+        for k: out[k] = 0
+        for i: c = v[i]; for k: out[k] += A[i, k]·c
+
+    Each ``out[k]`` receives the terms in the gather's order (i ascending);
+    the inner loop is stride 1 in A and ``out`` with no carried dependence
+    (it vectorizes).  For a matrix past the caches this is one streaming
+    pass over A, as a BLAS gemv is; unlike BLAS it is a loop nest that
+    rowfuse.py can fuse with another row loop over A."""
+    k0, i, k, c = lw.names.new("index"), lw.names.new("index"), lw.names.new("index"), lw.local()
+    cols, rows = dims[0], dims[2]
+    zero = Loop(k0, K.Int(0), cols, 1, (Store(out, (K.Name(k0),), K.Float(0.0)),), "gen")
+    acc = Store(out, (K.Name(k),), K.FSum((K.Load(out, (K.Name(k),)),
+                                           K.FMul(K.Load(a, (K.Name(i), K.Name(k))), K.Name(c)))))
+    inner = Loop(k, K.Int(0), cols, 1, (acc,), "gen")
+    return (zero, Loop(i, K.Int(0), rows, 1, (Assign(c, K.Load(v, (K.Name(i),))), inner), "scatter"))
 
 
 # -- finiteness witnesses (issue #13: the NaN/inf scan of a large input) ----------------------

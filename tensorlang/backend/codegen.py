@@ -67,6 +67,7 @@ from .offsets import hoist_offsets
 from .contract import _map_stmts
 from .fission import split_calls
 from .hfuse import fuse_nests
+from .rowfuse import row_fuse
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 from .scalars import code_fixed
 from .parallel_split import SCATTER_SPLIT_FACTOR, THREADS_ARG, _names, _rename_acc, reductions, split_scatters
@@ -166,10 +167,11 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
         _PRINT.intrinsic = not par
-        # serial: independent nests over one domain fused (hfuse.py), reductions
+        # serial: row loops sweeping one matrix fused, in a loops-only version
+        # (rowfuse.py), independent nests over one domain fused (hfuse.py), reductions
         # with column partial sums (colsum.py: SIMD inner loops), vectorizable
         # calls split out of reduction loops (fission.py)
-        run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(ir)))
+        run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(row_fuse(ir))))
         run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
         try:
             _stmts(run.body, 1, par, lines, reductions(run) if par else {})
