@@ -64,7 +64,7 @@ PARALLEL_MIN_CPUS = 2
 # medians where one thread took 1 ms.  So the automatic choice also needs a
 # core to spare: the 1-minute load average at most cpus - IDLE_MARGIN.
 IDLE_MARGIN = 0.5
-CODEGEN_VERSION = "s9-merge"
+CODEGEN_VERSION = "s9-merge"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
