@@ -201,7 +201,7 @@ def lower_gemm(lw, x, gb, rhs, stmts: list) -> list:
     dims = tuple(None if d is None else aff_expr(d, lw.scope0) for d in got.dims)
     use = worth_blas(dims)
     wit = _witnessed(lw, got)
-    if wit is None and _row_order(got):
+    if wit is None and _row_order(lw, got):
         # vᵀA past the caches: the loops, row by row (a row loop over A that
         # rowfuse.py can share with the other sweeps of A in the kernel)
         use = K.and_of([use, _small(dims)])
@@ -221,10 +221,12 @@ def _small(dims) -> K.KExpr:
                  K.Int(WITNESS_MIN))
 
 
-def _row_order(got) -> bool:
-    """``got`` is ``vᵀA`` (``gen[k] sum[i] v[i]·A[i, k]``, A not transposed)."""
+def _row_order(lw, got) -> bool:
+    """``got`` is ``vᵀA`` (``gen[k] sum[i] v[i]·A[i, k]``, A not transposed):
+    a GEMV whose left operand is the vector (``A v`` has the matrix there)."""
+    shape = lw.dense_shape(got.lhs[0])
     return got.dims[1] is None and not got.lhs[1] and not got.rhs[1] and len(got.dims) == 3 \
-        and got.lhs[0] is not got.rhs[0]
+        and got.lhs[0] is not got.rhs[0] and shape is not None and len(shape) == 1
 
 
 def _rows_vtA(lw, out: str, v: str, a: str, dims) -> tuple:

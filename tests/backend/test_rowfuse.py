@@ -114,3 +114,24 @@ def test_non_finite_matrix_still_refused():
     Av[n // 2, 7] = np.nan
     with pytest.raises(InputError, match="A"):
         g(A=Av, x=np.zeros(n))
+
+
+@pytest.mark.parametrize("n, m", [(3, 4), (70, 66)])
+def test_a_second_product_with_the_same_matrix(n, m):
+    # (A x)·(A z): the second GEMV's matrix is already witnessed by the first,
+    # so it has no witness of its own, and its loops were taken for the
+    # row-order vᵀA with the operands swapped: Numba refused the kernel
+    # (found by tests/sparse' jvp through a sparse tangent)
+    nn, mm = tl.sizes("n m")
+    A = tl.tensor("A", nn, mm)
+    x, z = tl.tensor("x", mm), tl.tensor("z", mm)
+    ax = tl.gen(nn, lambda i: tl.sum(mm, lambda j: A[i, j] * x[j]))
+    az = tl.gen(nn, lambda i: tl.sum(mm, lambda j: A[i, j] * z[j]))
+    loss = tl.let(ax, lambda p: tl.let(az, lambda q: tl.sum(nn, lambda i: p[i] * q[i])))
+    rng = np.random.default_rng(0)
+    Av, xv, zv = rng.normal(size=(n, m)), rng.normal(size=m), rng.normal(size=m)
+    val, (gA, gx) = tl.value_and_grad(loss, wrt=[A, x])(A=Av, x=xv, z=zv)
+    p, q = Av @ xv, Av @ zv
+    np.testing.assert_allclose(val, p @ q, rtol=1e-12)
+    np.testing.assert_allclose(gx, Av.T @ q, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gA, np.outer(q, xv) + np.outer(p, zv), rtol=1e-10, atol=1e-12)
