@@ -40,6 +40,7 @@ from .passes.pipeline import with_primal  # noqa: F401  (re-exported: the deriva
 from .passes.profile import build as _build, stage as _timed
 from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Const, Expr, Var, input_vars, relations_of, size_vars, subst
+from .isl_bridge import sizes_may_be_zero
 from .typecheck import check_program, type_of, wrt_inputs as _wrt_list
 from .loops import has_loop
 
@@ -294,7 +295,6 @@ class _Program:
         if self._zero_fn is None:
             if self._build is None:  # pragma: no cover - every derived program has its builder
                 raise TensorLangError("internal: a derived program without its builder was called at a size of 0")
-            from .isl_bridge import sizes_may_be_zero
             from .runtime import make_callable
 
             with sizes_may_be_zero():
@@ -302,8 +302,6 @@ class _Program:
             self._zero_fn = (make_callable(prog, loops=self.loops, threads=self.threads),
                              {v.name for v in input_vars(prog)} | {r.name for r in relations_of(prog)},
                              {s.name for s in size_vars(prog)})
-        from .isl_bridge import sizes_may_be_zero
-
         fn, names, size_names = self._zero_fn
         call = {k: v for k, v in kwargs.items() if k in names}
         call.update({k: v for k, v in sizes.items() if k in size_names})

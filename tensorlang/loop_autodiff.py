@@ -44,6 +44,7 @@ import numpy as np
 
 from .errors import InputError, TensorLangError, UnsupportedError
 from .ir import REAL, Var, input_vars
+from .isl_bridge import sizes_may_be_zero
 from .backend.loop_kernel import LoopPart, LoopProgram, Part as _Part
 from .loops import normalize_checkpoint, row_at, schedule, t_value
 from .typecheck import type_of, wrt_inputs as _wrt
@@ -381,8 +382,6 @@ def _zero_size_guard(fn, rebuild, sizes_of):
     def call(**inputs):
         if not any(v < 1 for v in sizes_of(inputs).values()):
             return fn(**inputs)
-        from .isl_bridge import sizes_may_be_zero
-
         with sizes_may_be_zero():
             if not alt:
                 alt.append(rebuild())

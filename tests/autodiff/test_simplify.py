@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 import tensorlang as tl
 from tensorlang.ir import FALSE, TRUE, Iverson, Let, Sum, alpha_eq, walk
 from tensorlang.passes.simplify import simplify, simplify_pred
+from tests.predicates import holds
 from tests.strategies import programs
 
 n, m = tl.sizes("n m")
@@ -327,26 +328,7 @@ def test_single_point_elimination_stops_at_a_shadowing_binder():
 
 
 def _holds(q, sizes, idx):
-    from tensorlang.ir import And, BoolLit, Cmp, Exists, Or
-
-    def aff(a, env):
-        return a.const + sum(c * (env[s] if s in env else sizes[s.name]) for s, c in a.terms)
-
-    def go(p, env):
-        if isinstance(p, BoolLit):
-            return p.value
-        if isinstance(p, Cmp):
-            lhs, rhs = aff(p.lhs, env), aff(p.rhs, env)
-            return {"<": lhs < rhs, "<=": lhs <= rhs, "==": lhs == rhs}[p.op]
-        if isinstance(p, And):
-            return go(p.lhs, env) and go(p.rhs, env)
-        if isinstance(p, Or):
-            return go(p.lhs, env) or go(p.rhs, env)
-        if isinstance(p, Exists):
-            return any(go(p.body, {**env, p.var: v}) for v in range(aff(p.extent, env)))
-        raise AssertionError(p)
-
-    return go(q, dict(idx))
+    return holds(q, dict(idx), sizes)
 
 
 def _value(e, X, mv, i, iv):

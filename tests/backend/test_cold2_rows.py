@@ -14,14 +14,7 @@ import tensorlang as tl
 from tensorlang.backend import api, separate
 from tensorlang.backend.kir import Float
 from tensorlang.backend.loopir import If, Loop, Store, loops, walk_stmts
-
-
-def _laplacian():
-    n = tl.size("n")
-    u = tl.tensor("u", n, n)
-    k = n - 2
-    lap = tl.gen([k, k], lambda i, j: u[i, j + 1] + u[i + 2, j + 1] + u[i + 1, j] + u[i + 1, j + 2] - 4.0 * u[i + 1, j + 1])
-    return tl.let(lap, lambda L: tl.sum([k, k], lambda i, j: L[i, j] ** 2)), u
+from tests.stencils import laplacian_energy
 
 
 def _stencil_energy():
@@ -51,7 +44,7 @@ def _writers(ir, out):
 
 
 def test_laplacian_gradient_boundary_copies_are_fewer_and_interior_branch_free():
-    loss, u = _laplacian()
+    loss, u = laplacian_energy()
     ir = tl.compile(tl.grad(loss, wrt=[u]).program, threads=1).loop_ir
     w = _writers(ir, ir.results[0])
     guarded = [lp for lp in w if any(isinstance(s, If) for s in walk_stmts(lp.body))]
@@ -75,7 +68,7 @@ def _both(expr, wrt, data, monkeypatch):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 9, 17])
 def test_laplacian_gradient_rows_equal_pieces_bitwise(n, monkeypatch):
-    loss, u = _laplacian()
+    loss, u = laplacian_energy()
     x = np.random.default_rng(n).normal(size=(n, n))
     a, b = _both(loss, u, {"u": x}, monkeypatch)
     assert np.array_equal(np.asarray(a), np.asarray(b))

@@ -10,18 +10,11 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.backend.loopir import If, Loop, Store, loops, walk_stmts
+from tests.stencils import laplacian_energy
 
 
 def _innermost(ir):
     return [lp for lp in loops(ir.body) if not any(isinstance(s, Loop) for s in walk_stmts(lp.body))]
-
-
-def _laplacian():
-    n = tl.size("n")
-    u = tl.tensor("u", n, n)
-    k = n - 2
-    lap = tl.gen([k, k], lambda i, j: u[i, j + 1] + u[i + 2, j + 1] + u[i + 1, j] + u[i + 1, j + 2] - 4.0 * u[i + 1, j + 1])
-    return tl.let(lap, lambda L: tl.sum([k, k], lambda i, j: L[i, j] ** 2)), u
 
 
 def _laplacian_grad_ref(u):
@@ -36,7 +29,7 @@ def _laplacian_grad_ref(u):
 
 
 def test_laplacian_gradient_interior_loop_is_branch_free():
-    loss, u = _laplacian()
+    loss, u = laplacian_energy()
     ir = tl.compile(tl.grad(loss, wrt=[u]).program).loop_ir
     out = ir.results[0]
     writers = [lp for lp in _innermost(ir) if any(isinstance(s, Store) and s.array == out for s in lp.body)]
@@ -50,7 +43,7 @@ def test_laplacian_gradient_interior_loop_is_branch_free():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
 def test_laplacian_gradient_matches_numpy(n):
-    loss, u = _laplacian()
+    loss, u = laplacian_energy()
     g = tl.grad(loss, wrt=[u])
     x = np.random.default_rng(n).normal(size=(n, n))
     np.testing.assert_allclose(g(u=x), _laplacian_grad_ref(x), rtol=1e-12, atol=1e-12)

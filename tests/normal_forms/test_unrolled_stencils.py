@@ -28,9 +28,10 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.autodiff import _grad_derive
-from tensorlang.ir import REAL, And, BoolLit, Cmp, Iverson, Or, Var, as_aff, conj, disj, fresh_index, sym_aff, walk
+from tensorlang.ir import REAL, Cmp, Iverson, Or, Var, as_aff, conj, disj, fresh_index, sym_aff, walk
 from tensorlang.passes.simplify_preds import Ctx, atoms, decide
 from tensorlang.printer import pretty
+from tests.predicates import holds
 
 n = tl.size("n")
 x1 = tl.tensor("x", n)
@@ -188,24 +189,6 @@ def test_build_work_grows_linearly():
 
 # --------------------------------------------------------------------------
 # The predicate simplification on its own
-
-
-def _value(a, env) -> int:
-    return a.const + sum(c * env[s] for s, c in a.terms)
-
-
-def holds(p, env) -> bool:
-    """An evaluator of its own (not the library's), over comparisons, ∧, ∨."""
-    if isinstance(p, BoolLit):
-        return p.value
-    if isinstance(p, Cmp):
-        lhs, rhs = _value(p.lhs, env), _value(p.rhs, env)
-        return {"<": lhs < rhs, "<=": lhs <= rhs, "==": lhs == rhs}[p.op]
-    if isinstance(p, And):
-        return holds(p.lhs, env) and holds(p.rhs, env)
-    if isinstance(p, Or):
-        return holds(p.lhs, env) or holds(p.rhs, env)
-    raise AssertionError(f"unexpected predicate {p!r}")
 
 
 def _equivalent_in_range(p, q, idx, sizes=range(1, 7)):
