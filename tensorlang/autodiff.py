@@ -203,6 +203,8 @@ class _Program:
         # sparse tensors (which may come as dense arrays) always take the full path
         self.rel_names = tuple(dict.fromkeys(r.name for r in relations_of(self.sparse_src)))
         self._plannable = not self.sparse
+        # no sparse tensor and no relation: no input to prepare, no packed output to unpack
+        self.dense = not self.sparse and not self.rel_names
         self.packed_ok = False  # set by grad/vjp for sparse wrt (their outputs go through _sparse_out)
 
     def prepared(self, kwargs: dict) -> dict:
@@ -440,10 +442,17 @@ def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads
     prog = _Program(loss, derived, lp, threads=threads, entry=entry)
     prog.packed_ok = True
 
-    def g(**inputs):
-        inputs = prog.prepared(inputs)
-        out = _sparse_out(xs, _as_tuple(prog(inputs), len(xs)), inputs, loss)
-        return out[0] if len(xs) == 1 else out
+    if prog.dense:  # no sparse data in or out: the kernel's outputs are the gradient (issue 13 item 7)
+        k = len(xs)
+
+        def g(**inputs):
+            out = prog(inputs)
+            return out if k == 1 else _unpack(out, k)
+    else:
+        def g(**inputs):
+            inputs = prog.prepared(inputs)
+            out = _sparse_out(xs, _as_tuple(prog(inputs), len(xs)), inputs, loss)
+            return out[0] if len(xs) == 1 else out
 
     g.program = prog.prog
     return g
@@ -465,11 +474,18 @@ def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=Non
     prog = _Program(loss, derived, lp, threads=threads, entry=entry)
     prog.packed_ok = True
 
-    def vg(**inputs):
-        inputs = prog.prepared(inputs)
-        val, g = prog(inputs)
-        gs = _sparse_out(xs, _as_tuple(g, len(xs)), inputs, loss)
-        return val, gs[0] if len(xs) == 1 else gs
+    if prog.dense:  # as in grad
+        k = len(xs)
+
+        def vg(**inputs):
+            val, g = prog(inputs)
+            return val, (g if k == 1 else _unpack(g, k))
+    else:
+        def vg(**inputs):
+            inputs = prog.prepared(inputs)
+            val, g = prog(inputs)
+            gs = _sparse_out(xs, _as_tuple(g, len(xs)), inputs, loss)
+            return val, gs[0] if len(xs) == 1 else gs
 
     vg.program = prog.prog
     return vg
@@ -506,13 +522,17 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
     k = len(xs)
 
     def f(**inputs):
-        inputs = prog.prepared(inputs)
+        if not prog.dense:
+            inputs = prog.prepared(inputs)
         if with_value:
             val, cts = prog(inputs)
         else:
             val, cts = None, prog(inputs)
-        gs = _sparse_out(xs, _as_tuple(cts, k), inputs, expr)
-        gs = gs[0] if k == 1 else gs
+        if prog.dense:  # as in grad
+            gs = cts if k == 1 else _unpack(cts, k)
+        else:
+            gs = _sparse_out(xs, _as_tuple(cts, k), inputs, expr)
+            gs = gs[0] if k == 1 else gs
         return (val, gs) if with_value else gs
 
     f.program = prog.prog

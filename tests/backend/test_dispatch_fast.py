@@ -100,22 +100,68 @@ def test_temporaries_per_thread_and_shape():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_finite_scan_finds_every_non_finite_value(dtype):
-    """The NaN/inf scan tests exponent bits in blocks of 4096: a bad value at
-    either end of a block, or of a partial last block, is found; extreme
-    finite values (max, subnormals, -0.0) are not refused (against np.isfinite)."""
-    from tensorlang.backend.dispatch import FINITE_JIT_MIN, _all_finite
+    """The NaN/inf test (a sum of squares, then the exact test when the sum is
+    not finite): a bad value anywhere is found, alone or beside values whose
+    squares overflow or cancel nothing; extreme finite values (max, whose
+    square overflows, subnormals, -0.0) are not refused (against np.isfinite);
+    non-contiguous arrays take the exact test."""
+    from tensorlang.backend.dispatch import _all_finite
 
     rng = np.random.default_rng(0)
-    # small arrays take NumPy's isfinite, from FINITE_JIT_MIN values the compiled scan
-    for n in (0, 1, 4095, 4096, 4097, 10000, FINITE_JIT_MIN, FINITE_JIT_MIN + 4097):
+    for n in (0, 1, 7, 4096, 10000, (1 << 16) + 3):
         a = rng.normal(size=n).astype(dtype)
         assert _all_finite(a)
         for bad in (np.nan, np.inf, -np.inf):
-            for pos in {0, n // 2, 4095 % max(n, 1), n - 1} if n else set():
+            for pos in {0, n // 2, n - 1} if n else set():
                 b = a.copy()
                 b[pos] = bad
                 assert not _all_finite(b), (n, bad, pos)
+                if n > 1:
+                    b[(pos + 1) % n] = -bad  # +inf beside -inf: squares never cancel
+                    assert not _all_finite(b), (n, bad, pos)
+                    b[(pos + 1) % n] = np.finfo(dtype).max  # beside a square that overflows
+                    assert not _all_finite(b), (n, bad, pos)
     fi = np.finfo(dtype)
     edge = np.array([fi.max, -fi.max, fi.tiny, fi.smallest_subnormal, 0.0, -0.0], dtype=dtype)
+    assert np.isinf(np.dot(edge, edge))  # the sum of squares overflows: the exact test decides
     assert _all_finite(edge) == bool(np.all(np.isfinite(edge)))
+    assert not _all_finite(np.append(edge, np.nan).astype(dtype))
+    assert _all_finite(rng.normal(size=(30, 40)).astype(dtype)[:, ::2])  # strided
+    assert not _all_finite(np.full((30, 40), np.inf, dtype=dtype)[:, ::2])
     assert _all_finite(rng.normal(size=(30, 40)).astype(dtype))
+
+
+def test_a_dense_program_s_planned_call_touches_no_sparse_machinery(monkeypatch):
+    """grad, value_and_grad and vjp of a program with no sparse tensor and no
+    relation return the kernel's outputs: a planned call neither prepares
+    sparse inputs nor converts outputs (each cost 5-7 us a call), and still
+    gives the right gradient for one and for two ``wrt``."""
+    from tensorlang import autodiff, sparse
+
+    n = tl.size("n")
+    x, w = tl.tensor("x", n), tl.tensor("w", n)
+    loss = tl.sum(n, lambda i: w[i] * x[i] * x[i])
+    g1, g2 = tl.grad(loss, wrt=x), tl.grad(loss, wrt=[x, w])
+    vg, vj = tl.value_and_grad(loss, wrt=[x, w]), tl.vjp(tl.gen(n, lambda i: w[i] * x[i] * x[i]), wrt=x)
+    xs, ws, dy = np.linspace(0.1, 1.0, 8), np.linspace(1.0, 2.0, 8), np.linspace(-1.0, 1.0, 8)
+    calls = [lambda: g1(x=xs, w=ws), lambda: g2(x=xs, w=ws), lambda: vg(x=xs, w=ws), lambda: vj(x=xs, w=ws, dy=dy)]
+    for c in calls:
+        c()  # planned
+
+    def refuse(*a, **k):
+        raise AssertionError("sparse machinery on a dense program's call")
+
+    monkeypatch.setattr(autodiff, "_sparse_out", refuse)
+    monkeypatch.setattr(sparse, "prepare", refuse)
+    monkeypatch.setattr(sparse, "unpack_outputs", refuse)
+    gx, gw = 2 * ws * xs, xs * xs
+    np.testing.assert_allclose(calls[0](), gx, rtol=1e-14)
+    got = calls[1]()
+    assert isinstance(got, tuple) and len(got) == 2
+    np.testing.assert_allclose(got[0], gx, rtol=1e-14)
+    np.testing.assert_allclose(got[1], gw, rtol=1e-14)
+    val, (vx, vw) = calls[2]()
+    assert val == pytest.approx(float(np.sum(ws * xs * xs)), rel=1e-14)
+    np.testing.assert_allclose(vx, gx, rtol=1e-14)
+    np.testing.assert_allclose(vw, gw, rtol=1e-14)
+    np.testing.assert_allclose(calls[3](), dy * 2 * ws * xs, rtol=1e-14)
