@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -64,7 +65,14 @@ PARALLEL_MIN_CPUS = 2
 # medians where one thread took 1 ms.  So the automatic choice also needs a
 # core to spare: the 1-minute load average at most cpus - IDLE_MARGIN.
 IDLE_MARGIN = 0.5
-CODEGEN_VERSION = "s9-merge"  # in every cache key: the generated source changed
+# Output arrays of at least this many bytes are written into caller-given
+# buffers, reused once the caller has dropped them (``Kernel._out_buffers``):
+# glibc serves smaller blocks from its heap without page faults (its mmap
+# threshold adapts up to 32 MB), while a fresh 128 MB array costs 15 ms of
+# faults against 5 ms to write it again (measured on this machine).
+OUT_POOL_MIN = 16 << 20
+OUT_KEEP = 2  # buffers kept per output: an optimiser's ``g = grad(x)`` holds one while the next is made
+CODEGEN_VERSION = "s10-out"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
@@ -142,6 +150,75 @@ class Kernel:
                 src = source(ir, dtype)
                 got = _Variant(key, _cache.store(key, src, spec), spec, src, False, ir)
         self._variants[dtype] = got
+        return got
+
+    def out_variant(self, dtype: str = "float64"):
+        """The variant whose output arrays (spec ``output_arrays``: the
+        top-level dense ones) are arguments the caller gives (spec
+        ``output_buffers``), its own cache entry; None when the kernel has
+        none or runs as plain Python."""
+        k = ("out", dtype)
+        if k in self._variants:
+            return self._variants[k]
+        got = None
+        if not self.python and self.variant(dtype).spec.get("output_arrays"):
+            key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype) + "|output-buffers")
+            hit = _cache.load(key, self.prepared, self.mode)
+            if hit is not None:
+                got = _Variant(key, hit[0], hit[1], hit[2], True)
+            else:
+                from .codegen import source
+                from .loopir import out_buffer_ir
+
+                ir, spec = self.lowered()
+                dims = dict((nm, d) for nm, d in spec["output_arrays"])
+                seen: set = set()
+                positions = [j for j, r in enumerate(ir.results) if r in dims and not (r in seen or seen.add(r))]
+                made = out_buffer_ir(ir, positions)
+                if made is not None:
+                    ir2, names, _ = made
+                    spec2 = dict(spec, output_buffers=[[nm, dims[nm]] for nm in names])
+                    src = source(ir2, dtype)
+                    got = _Variant(key, _cache.store(key, src, spec2), spec2, src, False, ir2)
+        self._variants[k] = got
+        return got
+
+    def _sized_variant(self, var, dname: str, sizes: dict):
+        """``var``, or its output-buffer variant when the call's output arrays
+        are large (``OUT_POOL_MIN``)."""
+        outs = var.spec.get("output_arrays")
+        if not outs or self.python:
+            return var
+        n = sum(math.prod(_shape_at(dims, sizes)) for _, dims in outs)
+        if n * np.dtype(DTYPES[dname]).itemsize < OUT_POOL_MIN:
+            return var
+        return self.out_variant(dname) or var
+
+    def _out_buffers(self, outs, dtype) -> list:
+        """The output buffers ``(name, shape)`` of a call: per thread, a buffer
+        of an earlier call that nothing references any more (only this pool:
+        the caller dropped the result and every view of it), else a new one.
+        A result the caller still holds is never written."""
+        pool = getattr(self._pool, "outs", None)
+        if pool is None:
+            pool = self._pool.outs = {}
+        got = []
+        for name, shape in outs:
+            kept = pool.get((name, shape, dtype))
+            if kept is None:
+                if len(pool) > 64:  # many shapes: start afresh
+                    pool.clear()
+                kept = pool[(name, shape, dtype)] = []
+            for arr in kept:
+                # references: the list's, ``arr``'s and getrefcount's argument
+                if sys.getrefcount(arr) == 3:
+                    break
+            else:
+                arr = np.empty(shape, dtype=dtype)
+                if len(kept) >= OUT_KEEP:
+                    kept.pop(0)
+                kept.append(arr)
+            got.append(arr)
         return got
 
     # the float64 variant's attributes (what tests and tools inspect)
@@ -226,7 +303,7 @@ class Kernel:
             raise InputError(f"size {big[0]} = {sizes[big[0]]} exceeds the compiled kernels' limit {MAX_SIZE}")
         dname = precision(self.expr, inputs)
         dtype = DTYPES[dname]
-        var = self.variant(dname)
+        var = self._sized_variant(self.variant(dname), dname, sizes)
         spec = var.spec
         _check_accesses(spec, sizes)
         if spec.get("needs_positive_sizes") and any(sizes[s] < 1 for s in spec["sizes"]):
@@ -247,10 +324,8 @@ class Kernel:
         """What a call with these (validated) sizes and precision passes to the kernel."""
         spec = var.spec
         fn, threads = self._function(var.module, spec, sizes)
-        temps = tuple(
-            (name, tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims))
-            for name, dims in spec.get("temporaries", [])
-        )
+        temps = tuple((name, _shape_at(dims, sizes)) for name, dims in spec.get("temporaries", []))
+        outs = tuple((name, _shape_at(dims, sizes)) for name, dims in spec.get("output_buffers", []))
         if self._type is None:
             self._type = type_of_expr(self.expr)
         checks = finite_checks(self.expr, inputs)
@@ -264,6 +339,7 @@ class Kernel:
             checks, spec, self._type, getattr(var.module, "kernel_serial", None),
         )
         plan.witness = witness
+        plan.outs = outs
         plan.build = builder(spec["outputs"], self._type, dtype)
         if not (spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
                 or spec.get("sparse_outputs") or spec.get("relation_orders")) and not self.python:
@@ -283,6 +359,8 @@ class Kernel:
             args = plan.size_args + [values[name] for name in direct]
             if plan.temps:
                 args += self._temporaries(plan.temps, dtype)
+            if plan.outs:
+                args += self._out_buffers(plan.outs, dtype)
             res = plan.fn(*args)
             if plan.witness:
                 _witnessed(plan.witness, res, values)
@@ -309,6 +387,8 @@ class Kernel:
                 args.append(rels[name].order(perm))
         if plan.temps:
             args += self._temporaries(plan.temps, dtype)
+        if plan.outs:
+            args += self._out_buffers(plan.outs, dtype)
         fn, threads = plan.fn, plan.threads
         if threads is not None:
             import numba
@@ -348,7 +428,7 @@ class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
     __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial",
-                 "direct", "build", "witness")
+                 "direct", "build", "witness", "outs")
 
     def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
@@ -357,6 +437,12 @@ class _Plan:
         self.direct = None  # input names passed on as they are (``_direct``), else None
         self.build = None  # kernel results -> the program's value (``results.builder``)
         self.witness = ()  # (input, path, result index): inputs checked after the call (``_witnessed``)
+        self.outs = ()  # (name, shape): output buffers the call gives (``Kernel._out_buffers``)
+
+
+def _shape_at(dims, sizes: dict) -> tuple:
+    """A spec's extents (``[[[size, coeff], ...], const]`` each) at ``sizes``."""
+    return tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
 
 
 def _witnessed(witness, res, values: dict) -> None:

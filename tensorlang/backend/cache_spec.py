@@ -148,10 +148,11 @@ def check_spec(spec, program, mode) -> None:
         if not isinstance(c, list) or len(c) != 3 or not isinstance(c[2], str):
             raise BadEntry(f"check {c!r} is not [index, extent, access]")
         _check_dims([c[0], c[1]], size_names, "check")
-    for t in _list(spec.get("temporaries", []), "temporaries"):
-        if not isinstance(t, list) or len(t) != 2 or not isinstance(t[0], str):
-            raise BadEntry(f"temporary {t!r} is not [name, dims]")
-        _check_dims(t[1], size_names, f"temporary {t[0]}")
+    for field in ("temporaries", "output_arrays", "output_buffers"):
+        for t in _list(spec.get(field, []), field):
+            if not isinstance(t, list) or len(t) != 2 or not isinstance(t[0], str):
+                raise BadEntry(f"{field} entry {t!r} is not [name, dims]")
+            _check_dims(t[1], size_names, f"{field} entry {t[0]}")
 
 
 def _check_layout(layout, t, leaves: list) -> None:
@@ -174,6 +175,7 @@ def kernel_arity(spec) -> int:
         n = len(spec["sizes"]) + len(spec["inputs"])
         n += sum(len(r[2]) + len(r[3]) for r in spec["relations"])
         n += len(spec.get("dense_relations", [])) + len(spec.get("temporaries", []))
+        n += len(spec.get("output_buffers", []))  # the output-buffer variant's (api.Kernel.out_variant)
         n += len(spec.get("sparse_values", [])) + len(spec.get("relation_orders", []))
     except (TypeError, KeyError, IndexError) as exc:
         raise BadEntry(f"the spec's argument lists are malformed ({exc})") from None

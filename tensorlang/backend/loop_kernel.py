@@ -46,7 +46,6 @@ from .step_programs import (  # noqa: F401
     leaf,
     leaf_value,
     make_pools,
-    out_buffer_ir,
     precision_of,
     result_leaves,
     reverse_program,

@@ -468,6 +468,13 @@ def lower_program(program: Expr, mode: str = "sparse"):
             x = next(v for v, (nm, _) in lw.arrays.items() if nm == a.name)
             temps.append([a.name, _extents(lw.arrays[x][1])])
     body = bound_depth(body, lw.local)
+    # Top-level dense output arrays, which the caller may give (api.py: large
+    # outputs written into a dead buffer of an earlier call, no page faults).
+    out_arrays = []
+    for s in body:
+        if isinstance(s, Alloc) and s.role == "output" and not s.pooled and s.name not in lw.sparse_outs:
+            x = next(v for v, (nm, _) in lw.arrays.items() if nm == s.name)
+            out_arrays.append([s.name, _extents(lw.arrays[x][1])])
     ir = KernelIR(args, lw.allocs, body, results, {u: f for f, u in lw.functions.items()}, copies)
     spec = {
         "sizes": [s.name for s in lw.sizes],
@@ -485,6 +492,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
         # [index, extent, access]: size-only accesses checked before each call
         "checks": [[_extents([a])[0], _extents([n])[0], what] for a, n, what in _unique(lw.scope0.facts["checks"])],
         "temporaries": temps,
+        "output_arrays": out_arrays,
         "functions": sorted(lw.functions),
         # [input, path, result index]: the input's NaN/inf scan is the scalar result's (blas.py)
         "witnesses": witnesses,

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..ir import TensorT
 from ..loops import Split, row_at
+from .loopir import out_buffer_ir
 
 # # A schedule (``loops.schedule``) is compiled once per (policy, T) into an
 # int64 table of instructions over physical state buffers.  Each state leaf
@@ -213,37 +214,6 @@ def result_leaves(tree, leaves):
             return None
         out.append(node[1])
     return out
-
-
-def out_buffer_ir(ir, leaves):
-    """``(ir', buffer names, copied)``: ``ir`` with the array results at the
-    positions ``leaves`` written into caller-given buffers (pooled
-    allocations, arguments after the others); ``copied``: the positions (of
-    ``leaves``) whose result is an input, now returned as is for the caller
-    to copy into its buffer.  None when a result is neither (a packed
-    output), or two positions share one array."""
-    from dataclasses import replace
-
-    from .loopir import Alloc
-
-    top = {s.name: s for s in ir.body if isinstance(s, Alloc)}
-    names, copied, uncopy = [], [], set()
-    for j, k in enumerate(leaves):
-        r = ir.results[k]
-        if not isinstance(r, str) or r in names or r in uncopy:
-            return None
-        if r in ir.copies:
-            copied.append(j)
-            uncopy.add(r)
-        elif r in top and top[r].role == "output" and not top[r].pooled:
-            names.append(r)
-        else:
-            return None
-    swap = {nm: replace(top[nm], pooled=True) for nm in names}
-    body = [swap.get(s.name, s) if isinstance(s, Alloc) else s for s in ir.body]
-    allocs = [swap.get(a.name, a) for a in ir.allocs]
-    ir2 = replace(ir, args=list(ir.args) + names, allocs=allocs, body=body, copies=set(ir.copies) - uncopy)
-    return ir2, names, copied
 
 
 def _dims(t) -> list:

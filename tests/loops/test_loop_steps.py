@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 import tensorlang as tl
 from tensorlang.backend import loop_kernel as LK
-from tensorlang.backend.loopir import Alloc, walk_stmts
+from tensorlang.backend.loopir import Alloc, out_buffer_ir, walk_stmts
 from tensorlang.loops import normalize_checkpoint, schedule
 
 POLICIES = ["all", 1, 2, 5, "binomial", ("binomial", 1), ("binomial", 3)]
@@ -131,13 +131,13 @@ def test_step_kernels_allocate_nothing_per_step():
     # the body's kernel allocates its result; its step form writes into the buffer it is given
     body_ir = lp.body.fn.lowered()[0]
     assert any(not a.pooled for a in _top_allocs(body_ir))
-    ir2, names, copied = LK.out_buffer_ir(body_ir, [0])
+    ir2, names, copied = out_buffer_ir(body_ir, [0])
     assert names == [body_ir.results[0]] and ir2.args[-1] == names[0] and copied == []
     assert all(a.pooled for a in _top_allocs(ir2))
     # the adjoint step: its state cotangent into a buffer, its temporaries pooled
     part, wrt = rev.body_vjp
     adj_ir = part.fn.lowered()[0]
-    ir3, _, _ = LK.out_buffer_ir(adj_ir, [0])
+    ir3, _, _ = out_buffer_ir(adj_ir, [0])
     assert all(a.pooled for a in _top_allocs(ir3))
     # and the cached step modules are these (the stored spec names the buffers)
     d = _data(6, 40)
