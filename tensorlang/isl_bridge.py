@@ -94,7 +94,7 @@ def domain_names(binders, pred: Pred, extra=()) -> Names:
 # Decisions for derived programs assume every size >= 1 (a sum over an empty
 # range has no terms to simplify).  A call with a size of 0 runs a program
 # derived again inside ``sizes_may_be_zero()``, where every question is asked
-# for sizes >= 0 (autodiff._Program; found by review: value_and_grad of
+# for sizes >= 0 (derived_program._Program; found by review: value_and_grad of
 # ``Σ_i [n >= 1]·x_i`` at n = 0 returned Σ x).
 _SIZES_MAY_BE_ZERO = contextvars.ContextVar("tensorlang_sizes_may_be_zero", default=False)
 

@@ -376,7 +376,7 @@ def _zero_size_guard(fn, rebuild, sizes_of):
     """``fn``, except at a call where some size is 0: the loop's parts were
     derived with their predicates decided for sizes >= 1, so such a call runs
     the callable ``rebuild()`` makes inside ``isl_bridge.sizes_may_be_zero``
-    (built once; as ``autodiff._Program`` does for loop-free programs)."""
+    (built once; as ``derived_program._Program`` does for loop-free programs)."""
     alt = []
 
     def call(**inputs):

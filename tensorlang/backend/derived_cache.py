@@ -216,7 +216,7 @@ class Entry:
         self.build = None
 
     def derive(self, build):
-        self.build = build  # kept: a call with a size of 0 derives again (autodiff._Program)
+        self.build = build  # kept: a call with a size of 0 derives again (derived_program._Program)
         if self.on:
             got = load(self.text, self.source, self.extra)
             if got is not None:

@@ -18,9 +18,10 @@ layer   name      modules
 3       cost,     cost_preds, cost_relations, cost_fig6, cost_fig17,
                   cost_symbolic, costmodel (the facade over them);
         backend   tensorlang.backend.*
-4       driver    driver (the one stage list), autodiff, loop_autodiff,
+4       driver    driver (the one stage list), loop_autodiff,
                   loop_cost
-5       top       runtime, audit, cli, dask, interop
+5       top       runtime, audit, cli, dask, interop; autodiff and
+                  derived_program (its callable over a derived program)
 6       outside   proofs.*, benchmarks.* (not installed; run from a
                   source checkout)
 ======  ========  =====================================================
@@ -54,6 +55,8 @@ LAYERS = {
     # grad/value_and_grad/vjp/jvp are entry points beside runtime: they run the
     # driver's routes and return callables built by runtime.make_callable
     "tensorlang.autodiff": 5,
+    # the callable autodiff wraps a derived program in; it builds it with runtime.make_callable
+    "tensorlang.derived_program": 5,
     "tensorlang.audit": 5, "tensorlang.loop_audit": 5, "tensorlang.cli": 5,
     "tensorlang.dask": 5, "tensorlang.interop": 5, "tensorlang.interop_sparse": 5, "tensorlang.interop_scipy": 5,
     "proofs": 6, "benchmarks": 6,
