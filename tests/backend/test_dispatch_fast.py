@@ -100,15 +100,16 @@ def test_temporaries_per_thread_and_shape():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_finite_scan_finds_every_non_finite_value(dtype):
-    """The NaN/inf test (a sum of squares, then the exact test when the sum is
-    not finite): a bad value anywhere is found, alone or beside values whose
-    squares overflow or cancel nothing; extreme finite values (max, whose
-    square overflows, subnormals, -0.0) are not refused (against np.isfinite);
+    """The NaN/inf test (a sum of squares up to DOT_MAX values, a sum past
+    it, then the exact test when the sum is not finite): a bad value anywhere
+    is found, alone, beside its opposite infinity, or beside a value whose
+    square overflows; extreme finite values (max, whose square and sums
+    overflow, subnormals, -0.0) are not refused (against np.isfinite);
     non-contiguous arrays take the exact test."""
-    from tensorlang.backend.dispatch import _all_finite
+    from tensorlang.backend.dispatch import DOT_MAX, _all_finite
 
     rng = np.random.default_rng(0)
-    for n in (0, 1, 7, 4096, 10000, (1 << 16) + 3):
+    for n in (0, 1, 7, DOT_MAX, DOT_MAX + 1, 10000, (1 << 16) + 3):
         a = rng.normal(size=n).astype(dtype)
         assert _all_finite(a)
         for bad in (np.nan, np.inf, -np.inf):
@@ -126,6 +127,10 @@ def test_finite_scan_finds_every_non_finite_value(dtype):
     assert np.isinf(np.dot(edge, edge))  # the sum of squares overflows: the exact test decides
     assert _all_finite(edge) == bool(np.all(np.isfinite(edge)))
     assert not _all_finite(np.append(edge, np.nan).astype(dtype))
+    big = np.full(DOT_MAX + 5, fi.max, dtype=dtype)  # past DOT_MAX: the plain sum overflows
+    assert _all_finite(big) and _all_finite(-big)
+    big[-1] = -np.inf
+    assert not _all_finite(big)
     assert _all_finite(rng.normal(size=(30, 40)).astype(dtype)[:, ::2])  # strided
     assert not _all_finite(np.full((30, 40), np.inf, dtype=dtype)[:, ::2])
     assert _all_finite(rng.normal(size=(30, 40)).astype(dtype))
