@@ -116,8 +116,13 @@ def _all_finite(a: np.ndarray) -> bool:
         return True
     if a.dtype in _DOT and a.flags.c_contiguous:
         flat = a.reshape(-1)
-        if math.isfinite(flat @ flat if flat.size <= DOT_MAX else np.add.reduce(flat)):
-            return True
+        if flat.size <= DOT_MAX:
+            if math.isfinite(flat @ flat):
+                return True
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is decided below, not reported
+                if math.isfinite(np.add.reduce(flat)):
+                    return True
     return bool(np.isfinite(a).all())
 
 
