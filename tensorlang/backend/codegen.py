@@ -67,6 +67,7 @@ from .offsets import hoist_offsets
 from .contract import _map_stmts
 from .fission import split_calls
 from .hfuse import fuse_nests
+from .roll import LANES, roll_loops  # LANES: the partial sums of a reduction, here and in roll.py
 from .rowfuse import row_fuse
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 from .scalars import code_fixed
@@ -172,6 +173,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         # with column partial sums (colsum.py: SIMD inner loops), vectorizable
         # calls split out of reduction loops (fission.py)
         run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(row_fuse(ir))))
+        run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
         run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
         try:
             _stmts(run.body, 1, par, lines, reductions(run) if par else {})
@@ -247,7 +249,6 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 raise TypeError(f"not a loop-IR statement: {s!r}")
 
 
-LANES = 4
 
 
 def _subst(e, name: str, repl: K.KExpr):

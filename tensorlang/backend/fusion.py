@@ -25,6 +25,14 @@ out: ``… + c·(t_1' + … + t_k')`` (``t_j'`` with ``Y[a]`` for ``X[a]``).  On
 multiplication per consumer point replaces one per producer point: no added
 work, and no temporary (the heat adjoint's ``κ·dstate``, read at 5 points).
 
+A cheap 1-D binding read only at constant shifts of its consumers'
+innermost index (``X[j - 1]``, ``X[j]``, ``X[j + 1]``: a stencil of
+temporaries, as the reverse step of an explicit scheme has) is substituted
+too (``shifted.py``): the lowering's interior loop then evaluates ``s`` at
+``j + c`` for each shift ``c``, and the loop-IR pass ``roll.py`` computes it
+once per iteration, keeping the last values in rolling scalars, so the
+kernel does the producer's work once per point, without its array.
+
 Dead bindings are dropped.
 """
 
@@ -58,6 +66,7 @@ from ..ir import (
 )
 from ..typecheck import type_of
 from .domains import Scope, box_cons, injective
+from .shifted import shifted_uses
 
 
 def is_alias(rhs: Expr) -> bool:
@@ -385,11 +394,20 @@ def _factored(x: Var, rhs: Expr, binds: list, k: int):
     return binds[:j] + [(v, out)] + binds[j + 1:]
 
 
-def fuse(binds, outs, base: Scope, reuse: bool = True):
+def fuse(binds, outs, base: Scope, reuse: bool = True, shifts: bool = True):
     """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc);
-    ``reuse=False``: without ``adjoint_reuse`` (tests compare the two)."""
+    ``reuse=False``: without ``adjoint_reuse`` (tests compare the two);
+    ``shifts=False``: without the shifted-stencil rule (``shifted_uses``)."""
     binds = list(binds)
     keep = set(outs)
+    # the shifted rule after the others: a consumer gen that the others then
+    # substitute into a sum (``sum[j] G[j]``) is the sum it is (shifted.py)
+    for stage in ((False, True) if shifts else (False,)):
+        binds = _fuse_stage(binds, keep, base, stage)
+    return _reuse(binds, base) if reuse else binds
+
+
+def _fuse_stage(binds, keep, base: Scope, shifts: bool):
     changed = True
     while changed:
         changed = False
@@ -406,7 +424,8 @@ def fuse(binds, outs, base: Scope, reuse: bool = True):
                 break
             if acc.other or not all(_in_bounds_site(s, [n for _, n in g], base) for s in acc.sites):
                 continue
-            ok = zero_cost(body) or (bool(g) and _one_use(acc) and _injective_site(acc.sites[0], base))
+            ok = (zero_cost(body) or (bool(g) and _one_use(acc) and _injective_site(acc.sites[0], base))
+                  or (shifts and shifted_uses(g, body, acc, x, [r for _, r in binds[k + 1:]])))
             if not ok:
                 scaled = _factored(x, rhs, binds, k)
                 if scaled is not None:
@@ -419,7 +438,7 @@ def fuse(binds, outs, base: Scope, reuse: bool = True):
             binds = binds[:k] + [(y, _replace(r, x, gv, body, memo)) for y, r in binds[k + 1:]]
             changed = True
             break
-    return _reuse(binds, base) if reuse else binds
+    return binds
 
 
 def _reuse(binds, base: Scope):

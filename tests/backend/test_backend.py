@@ -291,13 +291,38 @@ def test_ssa_convolution_is_fused_no_n_by_m_buffer():
     np.testing.assert_allclose(k(x=xv, c=cv), np.convolve(xv, cv, mode="valid"), rtol=1e-12)
 
 
-def test_shared_intermediate_is_not_fused_when_that_duplicates_work():
-    # w[i] = exp(x[i]) is read at i and i-1: fusing would compute it twice
+def test_shared_intermediate_read_at_two_shifts_is_fused_without_duplicating_work():
+    # w[i] = exp(x[i]) is read at i and i-1: substituted (backend/shifted.py), the
+    # interior loop would compute it twice; rolled (backend/roll.py), once per point
+    from tensorlang.backend.roll import roll_loops
+    from tensorlang.backend.loopir import Loop, walk_stmts
+
     e = tl.let(tl.gen(n, lambda i: tl.exp(x[i])), lambda w: tl.gen(n, lambda i: w[i] + tl.iverson(i >= 1, w[i - 1])))
     k = tl.compile(e, threads=1)
-    assert [a.role for a in k.loop_ir.allocs] == ["temporary", "output"]
+    assert [a.role for a in k.loop_ir.allocs] == ["output"]
+    exps = lambda m: sum(1 for s in m.body for v in [s.value] for c in _kir_nodes(v) if getattr(c, "fn", None) == "exp")
+    for par in (False, True):
+        inner = [m for m in walk_stmts(roll_loops(k.loop_ir, par).body) if isinstance(m, Loop)
+                 and not any(isinstance(y, Loop) for y in walk_stmts(m.body))]
+        assert max(exps(m) for m in inner) == 1
     ew = np.exp(X)
-    np.testing.assert_allclose(k(x=X), ew + np.concatenate([[0.0], ew[:-1]]), rtol=1e-14)
+    for threads in (1, 2):
+        got = tl.compile(e, threads=threads)(x=X)
+        np.testing.assert_allclose(got, ew + np.concatenate([[0.0], ew[:-1]]), rtol=1e-14)
+
+
+def _kir_nodes(e):
+    from dataclasses import fields
+
+    from tensorlang.backend import kir as K
+
+    yield e
+    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
+        for f in fields(e):
+            v = getattr(e, f.name)
+            for y in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(y, K.KExpr):
+                    yield from _kir_nodes(y)
 
 
 # -- bounds proofs, errors -------------------------------------------------------------
