@@ -87,6 +87,19 @@ def eliminate(binds: list, pred: Pred, body=None):
 # Predicates: existential elimination and isl decisions
 
 
+_POSITIVE: list = []  # isl_bridge.positive_sizes, imported on first use (islpy loads with it)
+
+
+def _positive_sizes() -> bool:
+    """``isl_bridge.positive_sizes()`` (a function-level import per call cost
+    ten times the call: every decision and predicate asks, issue #14 item 6)."""
+    if not _POSITIVE:
+        from tensorlang.isl_bridge import positive_sizes
+
+        _POSITIVE.append(positive_sizes)
+    return _POSITIVE[0]()
+
+
 def conjuncts_of(p: Pred) -> list:
     return conjuncts(p)
 
@@ -118,9 +131,7 @@ def simplify_pred(p: Pred) -> Pred:
     Memoized per predicate: a derivative's guards share sub-predicates as a
     DAG (the adjoint of a stencil applied K times), and the tree walk was
     exponential in K."""
-    from tensorlang.isl_bridge import positive_sizes
-
-    memo = _SIMPLIFIED[positive_sizes()]
+    memo = _SIMPLIFIED[_positive_sizes()]
     got = memo.get(p)
     if got is None:
         got = memo[p] = _simplify_pred(p)
@@ -168,13 +179,16 @@ def _simplify_pred(p: Pred) -> Pred:
 def _nonempty(n: Aff) -> bool:
     """Is the range ``[0, n)`` non-empty for every size >= 1 (>= 0 when
     sizes may be zero)?"""
-    from tensorlang.isl_bridge import positive_sizes
-
-    least = sum(c for _, c in n.terms) if positive_sizes() else 0
+    least = sum(c for _, c in n.terms) if _positive_sizes() else 0
     return all(c >= 0 for _, c in n.terms) and n.const + least >= 1
 
 
 def _affine(p: Pred) -> bool:
+    t = type(p)
+    if t is Cmp or t is BoolLit:  # (most conjuncts: no walk; Ctx.assume asks per bracket)
+        return True
+    if t is Rel:
+        return False
     return not any(isinstance(x, Rel) for x in _pred_nodes(p))
 
 
@@ -246,9 +260,7 @@ def decide(ctx: Ctx, p: Pred) -> Pred:
     the binders are renamed to positional slots, the answer is kept in a
     bounded table (cleared when full; each isl question costs a parse and a
     solve), and renamed back."""
-    from tensorlang.isl_bridge import positive_sizes
-
-    pos = positive_sizes()
+    pos = _positive_sizes()
     key = (ctx.binds, ctx.facts, p, pos)
     got = _DECIDED.get(key)
     if got is not None:
@@ -326,6 +338,9 @@ def _gisted(dom: list, facts: list, keep: list) -> Pred:
 
 
 def _disjunctive(p: Pred) -> bool:
+    t = type(p)
+    if t is Cmp or t is BoolLit or t is Rel:  # (a comparison: no walk)
+        return False
     return any(isinstance(x, (Or, Exists)) for x in _pred_nodes(p))
 
 

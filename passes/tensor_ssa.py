@@ -309,11 +309,17 @@ def _sort_pred(p: Pred) -> Pred:
 def _sorted_conjuncts(rhs: Expr) -> Expr:
     """Fix-up 4 on the predicates of a canonically named right-hand side."""
     view = classify(rhs)
+    # (dataclasses.replace only when a predicate is reordered: it inspects
+    # the fields per call, once per statement of a long chain)
     match view:
         case AddRHS():
-            view = replace(view, p0=_sort_pred(view.p0), p1=_sort_pred(view.p1))
+            p0, p1 = _sort_pred(view.p0), _sort_pred(view.p1)
+            if p0 is not view.p0 or p1 is not view.p1:
+                view = replace(view, p0=p0, p1=p1)
         case MapRHS() | ContractRHS():
-            view = replace(view, p=_sort_pred(view.p))
+            p = _sort_pred(view.p)
+            if p is not view.p:
+                view = replace(view, p=p)
         case _:
             return rhs
     return to_expr(view)

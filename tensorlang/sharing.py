@@ -33,8 +33,10 @@ from .deep import deep
 from .ir import (
     FALSE,
     TRUE,
+    Access,
     Add,
     Call,
+    Const,
     Exists,
     Expr,
     Gen,
@@ -44,6 +46,7 @@ from .ir import (
     Node,
     Sum,
     TensorT,
+    Var,
     children,
     conj,
     disj,
@@ -100,31 +103,41 @@ def shared_terms(e: Expr) -> list:
     """Sub-terms with more than one parent edge in the DAG that do work."""
     # (the loop of _binder_free_children inlined: a generator per node was
     # most of this scan, which simplify runs on every round of a long
-    # derivative, issue #14 item 6; same visit order, same result)
+    # derivative, issue #14 item 6.)  A node is expanded when first counted,
+    # so no set of visited nodes is kept (the DAG is acyclic: the root is
+    # nobody's child); variables and constants are neither counted nor
+    # visited: they do no work and have no children (a let's bound variable
+    # is one, never a use).  The list is in no particular order (its callers
+    # read it as a set).
     uses: dict = {}
-    seen = set()
     stack = [e]
     pop, push, get = stack.pop, stack.append, uses.get
+    leaf = _LEAVES
     while stack:
         x = pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        bound = x.var if isinstance(x, Let) else None
         for c in x._children(x):
             if isinstance(c, Expr):
-                if c is bound:
-                    continue
-                uses[c] = get(c, 0) + 1
-                push(c)
+                if isinstance(c, leaf) or (type(c) is Access and isinstance(c.arr, leaf)):
+                    continue  # (a read of a variable: no work, nothing below but the variable)
+                k = get(c)
+                if k is None:
+                    uses[c] = 1
+                    push(c)
+                else:
+                    uses[c] = k + 1
             elif isinstance(c, tuple):
                 for y in c:
-                    if isinstance(y, Expr):
-                        if y is bound:
-                            continue
-                        uses[y] = get(y, 0) + 1
-                        push(y)
+                    if isinstance(y, Expr) and not isinstance(y, leaf):
+                        k = get(y)
+                        if k is None:
+                            uses[y] = 1
+                            push(y)
+                        else:
+                            uses[y] = k + 1
     return [x for x, k in uses.items() if k > 1 and has_work(x)]
+
+
+_LEAVES = (Var, Const)  # no work, no children (a let's bound variable is one: never a use)
 
 
 def _binder_free_children(x):

@@ -17,12 +17,13 @@ from .ir.types_base import Type
 
 def type_of(e: Expr) -> Type:
     """Signature: type_of : Expr -> Type (raises TypeCheckError)."""
-    try:
-        return e._type
-    except AttributeError:  # first asked (a node's type is a fact of the node: its slot)
-        pass
-    # inferred outside the handler: an exception raised while one is handled
-    # walks the chain of handled ones (quadratic in a deep program's depth)
+    t = getattr(e, "_type", None)  # a node's type is a fact of the node: its slot
+    if t is not None:
+        return t
+    # first asked: inferred outside any handler (an exception raised while
+    # one is handled walks the chain of handled ones, quadratic in a deep
+    # program's depth); getattr's default, not a caught AttributeError: most
+    # nodes a derivative builds are asked once (issue #14 item 6)
     t = _infer(e)
     object.__setattr__(e, "_type", t)
     return t

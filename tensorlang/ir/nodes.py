@@ -58,7 +58,11 @@ class Interned(type):
             ref = _TABLE.get(key)
             node = ref() if ref is not None else None
             if node is None:
-                node = super().__call__(*args)
+                make = cls._make
+                if make is not None and len(args) == cls._arity:
+                    node = make(*args)
+                else:  # (wrong arity: the dataclass's own error)
+                    node = super().__call__(*args)
                 ref = _Ref(node, _drop)
                 ref.key = key
                 _TABLE[key] = ref
@@ -97,6 +101,8 @@ class Node(metaclass=Interned):
     __slots__ = ("_fv", "_fi", "_sv", "_type")
     _field_names: tuple[str, ...] = ()
     _normalizes = False  # does the class override _normalize (set by @node)
+    _make = None  # fields -> new node, without the dataclass's __init__ (set by @node)
+    _arity = 0
 
     @classmethod
     def _normalize(cls, *args):
@@ -135,9 +141,13 @@ def node(cls):
     variables, free indices, size variables, type); a pass's memo of facts
     about a node lives in the pass, keyed by the node.
     """
+    # a constructor of its own (none so far) keeps the dataclass path
+    own = any("__init__" in c.__dict__ or "__new__" in c.__dict__ or "__post_init__" in c.__dict__
+              for c in cls.__mro__ if c is not object and "__dataclass_fields__" not in c.__dict__)
     dc = dataclass(frozen=True, eq=False, slots=True, weakref_slot=True, repr=False)(cls)
     dc._field_names = names = tuple(f.name for f in fields(dc))
     dc._normalizes = dc._normalize.__func__ is not Node._normalize.__func__
+    dc._make, dc._arity = (None if own else _maker(dc, names)), len(names)
     # children(n) in C: attrgetter gives a tuple for two or more names
     if len(names) >= 2:
         dc._children = staticmethod(operator.attrgetter(*names))
@@ -147,6 +157,32 @@ def node(cls):
     else:
         dc._children = staticmethod(lambda n: ())
     return dc
+
+
+_MEMBER = type(_Ref.key)  # the type of a slot's descriptor (member_descriptor)
+
+
+def _maker(cls, names: tuple):
+    """``make(*fields)``: a new, uninitialised-slot node of ``cls`` with its
+    fields stored by their slot descriptors, what the frozen dataclass's
+    ``__init__`` does through ``object.__setattr__`` per field, in about half
+    the time (a derivative builds hundreds of thousands of nodes, issue #14
+    item 6).  None (the dataclass's own ``__init__``) if ``cls`` has a
+    ``__post_init__`` or a field outside ``__init__`` (:func:`node` also
+    keeps a class with a constructor of its own on that path)."""
+    if "__post_init__" in dir(cls) or any(not f.init for f in fields(cls)):
+        return None
+    env = {"_new": object.__new__, "_cls": cls}
+    for k, name in enumerate(names):
+        desc = next(c.__dict__[name] for c in cls.__mro__ if name in c.__dict__)
+        if type(desc) is not _MEMBER:  # not a slot (cannot happen with slots=True)
+            return None
+        env[f"_s{k}"] = desc.__set__
+    args = ", ".join(f"a{k}" for k in range(len(names)))
+    body = "".join(f"    _s{k}(o, a{k})\n" for k in range(len(names)))
+    src = f"def make({args}):\n    o = _new(_cls)\n{body}    return o\n"
+    exec(src, env)
+    return env["make"]
 
 
 def children(n: Node) -> tuple:

@@ -108,6 +108,7 @@ def size_vars(n: Node) -> frozenset:
 
 
 _EMPTY: frozenset = frozenset()
+_NONE: dict = {}  # an empty substitution (never written: _subst copies before it changes one)
 
 
 def _union(parts: list) -> frozenset:
@@ -128,9 +129,12 @@ def subst(n: Node, vals: dict | None = None, idx: dict | None = None) -> Node:
     (or int).  Binders whose variable would capture a free variable of a
     substituted term are renamed first.
     """
-    vals = {k: v for k, v in (vals or {}).items() if k is not v}
-    idx = {k: as_aff(v) for k, v in (idx or {}).items()}
-    idx = {k: v for k, v in idx.items() if v is not sym_aff(k)}
+    vals = {k: v for k, v in vals.items() if k is not v} if vals else _NONE
+    if idx:
+        idx = {k: as_aff(v) for k, v in idx.items()}
+        idx = {k: v for k, v in idx.items() if v is not sym_aff(k)}
+    else:
+        idx = _NONE
     if not vals and not idx:
         return n
     if not vals and type(n) in _FLAT:
@@ -138,7 +142,7 @@ def subst(n: Node, vals: dict | None = None, idx: dict | None = None) -> Node:
         if got is not None:
             return got
     captured_i = frozenset().union(*(free_indices(v) for v in vals.values()), *(a.index_vars() for a in idx.values()))
-    captured_v = frozenset().union(*(free_vars(v) for v in vals.values()))
+    captured_v = frozenset().union(*(free_vars(v) for v in vals.values())) if vals else _EMPTY
     memo: dict = {}
     return _subst(n, vals, idx, captured_i, captured_v, memo)
 
@@ -186,7 +190,23 @@ def _subst(n, vals, idx, cap_i, cap_v, memo):
     if _BINDS.get(type(n)) is False:
         # most nodes bind nothing: their children substituted, without the
         # class tests of the match below (issue #14 item 6)
-        out = rebuild(n, [_subst(c, vals, idx, cap_i, cap_v, memo) for c in n._children(n)])
+        # (a child the substitution leaves alone is kept without a call:
+        # the same tests as at the top of this function, issue #14 item 6)
+        cs = []
+        for c in n._children(n):
+            if isinstance(c, _VALUE_SORTS):
+                if (not vals or free_vars(c).isdisjoint(vals)) and (not idx or free_indices(c).isdisjoint(idx)):
+                    cs.append(c)
+                    continue
+            elif isinstance(c, Aff):
+                if not idx or c.index_vars().isdisjoint(idx):
+                    cs.append(c)
+                    continue
+            elif not isinstance(c, (Node, tuple)):
+                cs.append(c)
+                continue
+            cs.append(_subst(c, vals, idx, cap_i, cap_v, memo))
+        out = rebuild(n, cs)
         memo[n] = out
         return out
     match n:
@@ -267,17 +287,17 @@ class _Canon:
         self.keep: list = []  # the renaming dicts whose ids are in memo keys stay alive
 
     def go(self, n, imap, vmap, ilevel, vlevel):
-        if not isinstance(n, Node):
-            if isinstance(n, tuple):
+        kind = _CANON_KIND.get(type(n))
+        if kind is None:
+            kind = _canon_kind(type(n))
+        if kind != _INNER:
+            if kind == _VAR:
+                return vmap.get(n, n)
+            if kind == _IDX:
+                return imap.get(n, n)
+            if kind == _OTHER and isinstance(n, tuple):
                 return tuple(self.go(x, imap, vmap, ilevel, vlevel) for x in n)
             return n
-        match n:
-            case Var():
-                return vmap.get(n, n)
-            case IndexVar():
-                return imap.get(n, n)
-            case SizeVar() | BoolLit() | Const() | Relation() | Type():
-                return n
         key = (n, id(imap), id(vmap), ilevel, vlevel)
         got = self.memo.get(key)
         if got is None:
@@ -311,6 +331,25 @@ class _Canon:
 
 
 _IDX_NAMES = "ijklmnopqrstuvwxyz"
+
+# _Canon.go's case per node class (the class tests of a match, once per class)
+_OTHER, _VAR, _IDX, _LEAF, _INNER = range(5)
+_CANON_KIND: dict = {}
+
+
+def _canon_kind(cls) -> int:
+    if not issubclass(cls, Node):
+        kind = _OTHER
+    elif issubclass(cls, Var):
+        kind = _VAR
+    elif issubclass(cls, IndexVar):
+        kind = _IDX
+    elif issubclass(cls, (SizeVar, BoolLit, Const, Relation, Type)):
+        kind = _LEAF
+    else:
+        kind = _INNER
+    _CANON_KIND[cls] = kind
+    return kind
 
 
 def alpha_eq(a: Node, b: Node) -> bool:

@@ -78,3 +78,32 @@ def test_gradient_of_a_product_chain_grows_near_linearly():
     calls_to_build_products(4)
     small, large = calls_to_build_products(40), calls_to_build_products(160)
     assert large < 6 * small, (small, large)
+
+
+def predicate_walks(N: int, monkeypatch) -> int:
+    """Walks of a predicate's DAG (``simplify_preds._pred_nodes``) while the
+    chain's gradient is built: asking whether a comparison mentions a
+    relation or a disjunction needs none."""
+    from tensorlang.passes import simplify_preds
+
+    calls = [0]
+    walk = simplify_preds._pred_nodes
+
+    def counted(p):
+        calls[0] += 1
+        return walk(p)
+
+    monkeypatch.setattr(simplify_preds, "_pred_nodes", counted)
+    calls_to_build(N)
+    return calls[0]
+
+
+def test_no_predicate_walk_per_term(monkeypatch):
+    """Every term's brackets are comparisons (``[i = 0]``); the simplifier
+    asked per bracket whether it was affine (Ctx.assume) and the adjoint per
+    filter whether it was disjunctive (compact), each a walk of the
+    predicate: 11 walks per term, about 5% of the build.  A comparison, a
+    literal or a relation application answers from its class."""
+    calls_to_build(4)
+    small, large = predicate_walks(25, monkeypatch), predicate_walks(100, monkeypatch)
+    assert large == small, (small, large)

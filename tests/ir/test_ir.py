@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
+
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 
@@ -273,3 +275,46 @@ def test_substituting_an_input_agrees_with_evaluating_in_the_extended_environmen
     inputs = {k: val for k, val in prog.inputs.items() if k != name}
     inputs[y.name] = prog.inputs[name] / 2
     assert_close(tl.evaluate(e2, **inputs, **prog.sizes), prog.evaluate(), prog.bound)
+
+
+def _node_classes():
+    from tensorlang.ir.nodes import Node
+
+    todo, out = [Node], []
+    while todo:
+        c = todo.pop()
+        todo.extend(c.__subclasses__())
+        # the classes @node made (dataclass(slots=True) replaced the class it
+        # was given, which may linger among the subclasses: it has no slots)
+        if "__dataclass_fields__" in c.__dict__ and "__slots__" in c.__dict__:
+            out.append(c)
+    return out
+
+
+def test_a_new_node_is_made_as_its_dataclass_would_make_it():
+    """Interned.__call__ stores a new node's fields through its slots
+    (nodes._maker), not the frozen dataclass's __init__: the same fields,
+    still frozen, still interned, and the dataclass's error for a wrong
+    number of fields."""
+    import dataclasses
+
+    from tensorlang.ir import Add, Const, Var
+    from tensorlang.ir.expressions import SparseVar
+
+    classes = _node_classes()
+    assert Add in classes and SparseVar in classes
+    for cls in classes:
+        assert cls._make is not None and cls._arity == len(dataclasses.fields(cls)), cls
+    from tensorlang.ir import REAL
+
+    x = Var("x_maker", 0, REAL)
+    e = Add(x, Const(2.5))
+    assert (e.lhs, e.rhs) == (x, Const(2.5)) and Add(x, Const(2.5)) is e
+    assert pickle.loads(pickle.dumps(e)) is e
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.lhs = x
+    with pytest.raises(TypeError):
+        Add(x)
+    r = tl.relation("R_maker", n)
+    s = SparseVar("s_maker", 0, REAL, r)
+    assert (s.name, s.uid, s.type, s.rel) == ("s_maker", 0, REAL, r)

@@ -219,3 +219,45 @@ def test_invariant_tensors_on_a_long_let_chain_is_near_linear():
     finally:
         sys.setrecursionlimit(limit)
     assert work[800] < 10 * work[100], work
+
+
+def _shared_terms_by_definition(e) -> set:
+    """Sub-terms with more than one parent edge that do work, counted over the
+    distinct nodes of the DAG (a let's bound variable is no use of it)."""
+    from tensorlang.ir import Expr, children
+
+    uses: dict = {}
+    seen: set = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        for c in children(x):
+            for y in (c if isinstance(c, tuple) else (c,)):
+                if isinstance(y, Expr) and not (isinstance(x, Let) and y is x.var):
+                    uses[y] = uses.get(y, 0) + 1
+                    stack.append(y)
+    return {y for y, k in uses.items() if k > 1 and has_work(y)}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_shared_terms_is_its_definition_on_random_programs(prog: Program):
+    """shared_terms skips variables, constants and reads of a variable (no
+    work, nothing below) and expands a node when first counted; the set it
+    finds is the definition's."""
+    for e in (prog.expr, explicit_sharing(prog.expr)):
+        got = shared_terms(e)
+        assert len(got) == len(set(got))
+        assert set(got) == _shared_terms_by_definition(e)
+
+
+def test_shared_terms_of_a_derivative_is_its_definition():
+    x = tl.tensor("x", n)
+    y = tl.gen(n, lambda i: x[i] * x[i])
+    loss = tl.sum(n, lambda i: tl.iverson(i + 1 < n, y[i] * y[i + 1])) + tl.sum(n, lambda i: y[i])
+    g = tl.grad(loss, wrt=x).program
+    for e in (loss, g):
+        assert set(shared_terms(e)) == _shared_terms_by_definition(e)
