@@ -1,6 +1,7 @@
 """Which names loop-IR statements read and write: the dependence analysis
-shared by the loop passes that move or merge statements (hfuse.py's nest
-fusion, rowfuse.py's row fusion, colsum.py's column sums, fission.py).
+shared by the loop passes that move, merge or split statements (hfuse.py's
+nest fusion, rowfuse.py's row fusion, colsum.py's column sums, fission.py,
+parallel_split.py's per-thread reductions) and by codegen.
 
 A *name* is anything the kernel's source names: an array, a local scalar, a
 loop variable, a size argument.  An expression reads the names it mentions
