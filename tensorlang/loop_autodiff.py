@@ -392,15 +392,28 @@ def _zero_size_guard(fn, rebuild, sizes_of):
 
 
 def _lp_sizes(lp, skip=()):
-    """The sizes a call's inputs give the loop program (no copies; the call validates them)."""
+    """The sizes a call's inputs give the loop program (no copies; the call
+    validates them), remembered per input signature (``backend/dispatch.py``:
+    dtypes, shapes and int values decide the sizes), so that
+    ``prepare_inputs`` runs once per signature, not on every call; inputs
+    without a signature (lists, sparse matrices, ...) take it every call."""
+    from .backend.dispatch import remember, signature
     from .evaluator import prepare_inputs
 
+    plans: dict = {}
+
     def sizes(inputs):
+        sig = signature(inputs)
+        got = plans.get(sig) if sig is not None else None
+        if got is not None:
+            return got
         try:
             _, got, _, _ = prepare_inputs(lp.expr, {k: v for k, v in inputs.items() if k not in skip},
                                           exact=False, compressed=True)
         except TensorLangError:
-            return {}  # the call itself reports the input error
+            return {}  # the call itself reports the input error (not remembered: it is raised every time)
+        if sig is not None:
+            remember(plans, sig, got)
         return got
 
     return sizes

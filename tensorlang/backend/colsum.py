@@ -32,29 +32,13 @@ Everything is built from loop-IR nodes (``loopir.py``, ``kir.py``).
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from . import kir as K
-from .blas import Gemm
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, map_outer_loops, substitute_stmts, walk_stmts
+from .rw import names, reads_writes
 
 MAX_COLUMNS = 1 << 14  # 128 KiB of float64 partial sums per reduction variable
-
-
-def _names(e, out: set) -> set:
-    if isinstance(e, K.Name):
-        out.add(e.name)
-    elif isinstance(e, K.Load):
-        out.add(e.array)
-        for i in e.index:
-            _names(i, out)
-    elif isinstance(e, (tuple, list)):
-        for x in e:
-            _names(x, out)
-    elif isinstance(e, K.KExpr):
-        for f in fields(e):
-            _names(getattr(e, f.name), out)
-    return out
 
 
 def _inner_accs(s) -> list:
@@ -73,59 +57,25 @@ def _inner_accs(s) -> list:
         return []
     direct = {id(x) for x in s.body}
     nested = {x.target for x in walk_stmts(s.body) if isinstance(x, AccAdd) and id(x) not in direct}
-    reads = _reads_no_acc(s.body)
+    reads = reads_writes(s.body, updates=False)[0]
     return [a for a in accs if a not in nested and a not in reads]
 
 
-def _written(stmts) -> set:
-    out = set()
-    for s in walk_stmts(stmts):
-        if isinstance(s, Loop):
-            out.add(s.var)
-        elif isinstance(s, Assign):
-            out.add(s.target)
-        elif isinstance(s, Alloc):
-            out.add(s.name)
-        elif isinstance(s, Gemm):
-            out.add(s.out)
-    return out
-
-
-def _reads_no_acc(stmts) -> set:
-    """Names read by ``stmts``, an accumulation's target excepted."""
-    out: set = set()
-    for s in walk_stmts(stmts):
-        if isinstance(s, Loop):
-            _names((s.lo, s.hi), out)
-        elif isinstance(s, If):
-            _names(s.cond, out)
-        elif isinstance(s, (Assign, AccAdd)):
-            _names(s.value, out)
-        elif isinstance(s, Store):
-            out.add(s.array)
-            _names((s.index, s.value), out)
-        elif isinstance(s, Alloc):
-            _names(s.shape, out)
-        elif isinstance(s, Gemm):
-            out.update(s.arrays_read())
-    return out
-
-
-def _candidates(loop: Loop) -> list:
+def candidates(loop: Loop) -> list:
     """``[(inner loop, [acc…])]``: the inner reduction loops of ``loop``'s
     body (directly or under its ifs, not in deeper loops) whose scalars may
     keep column partial sums."""
     if loop.kind != "sum" or loop.parallel or any(isinstance(s, Break) for s in walk_stmts(loop.body)):
         return []
-    written = _written(loop.body) | {loop.var}
-    reads = _reads_no_acc(loop.body)
+    reads, written = reads_writes(loop.body, updates=False)
+    written = written | {loop.var}
     assigned = {s.target for s in walk_stmts(loop.body) if isinstance(s, Assign)}
     out = []
 
     def scan(stmts):
         for s in stmts:
             if isinstance(s, Loop):
-                if _names((s.lo, s.hi), set()) & written:
+                if names((s.lo, s.hi), set()) & written:
                     continue
                 accs = [a for a in _inner_accs(s) if a not in assigned and a not in reads]
                 if accs:
@@ -164,7 +114,7 @@ def _column_form(loop: Loop, inner: list, fresh) -> tuple:
 def column_sums(ir: KernelIR) -> KernelIR:
     """Signature: column_sums : KernelIR -> KernelIR (module doc); the
     statements not nested in a loop are rewritten, the rest kept."""
-    used = {s.name for s in ir.allocs} | set(ir.args) | _written(ir.body)
+    used = {s.name for s in ir.allocs} | set(ir.args) | reads_writes(ir.body, updates=False)[1]
     count, changed = [0], [False]
 
     def fresh(base: str, tag: str) -> str:
@@ -176,7 +126,7 @@ def column_sums(ir: KernelIR) -> KernelIR:
                 return nm
 
     def top(s) -> tuple:
-        inner = _candidates(s)
+        inner = candidates(s)
         if not inner:
             return (s,)
         changed[0] = True

@@ -31,8 +31,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import kir as K
-from .colsum import _names, _reads_no_acc, _written
 from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, map_outer_loops, substitute_stmts
+from .rw import names, reads_writes
 from .scalars import VECTOR_TANH
 
 MAX_ROW = 1 << 14  # float64 buffer entries per split scalar (128 KiB)
@@ -55,7 +55,7 @@ def _dead_inits(body) -> tuple:
     for k, s in enumerate(body):
         if isinstance(s, Assign) and isinstance(s.value, K.Float):
             for x in body[k + 1:]:
-                if s.target in _reads_no_acc([x]) or (isinstance(x, AccAdd) and x.target == s.target):
+                if s.target in reads_writes([x], updates=False)[0] or (isinstance(x, AccAdd) and x.target == s.target):
                     break
                 if isinstance(x, Assign) and x.target == s.target:
                     s = None
@@ -79,14 +79,14 @@ def _split(m: Loop):
     # backward slice of the calls through scalar assignments
     need, sl = set(), set(calls)
     for k in calls:
-        _names(m.body[k].value, need)
+        names(m.body[k].value, need)
         if isinstance(m.body[k], Store):
-            _names(m.body[k].index, need)
+            names(m.body[k].index, need)
     for k in range(max(calls), -1, -1):
         s = m.body[k]
         if k not in sl and isinstance(s, Assign) and s.target in need:
             sl.add(k)
-            _names(s.value, need)
+            names(s.value, need)
     first = [m.body[k] for k in sorted(sl)]
     rest = [s for k, s in enumerate(m.body) if k not in sl]
     if not rest:
@@ -98,16 +98,16 @@ def _split(m: Loop):
     for k in sorted(sl):
         s = m.body[k]
         if isinstance(s, Assign):
-            if s.target in _names(s.value, set()):
+            if s.target in names(s.value, set()):
                 return None
-            if any(s.target in _reads_no_acc([x]) or (isinstance(x, (Assign, AccAdd)) and x.target == s.target)
+            if any(s.target in reads_writes([x], updates=False)[0] or (isinstance(x, (Assign, AccAdd)) and x.target == s.target)
                    for x in m.body[:k]):
                 return None
     if any(isinstance(s, (Assign, AccAdd)) and s.target in targets for s in rest):
         return None
     # the slice reads nothing the rest writes (scalars, accumulators, arrays)
     rest_writes = {s.target for s in rest if isinstance(s, (Assign, AccAdd))} | {s.array for s in rest if isinstance(s, Store)}
-    if _reads_no_acc(first) & rest_writes or m.var in rest_writes:
+    if reads_writes(first, updates=False)[0] & rest_writes or m.var in rest_writes:
         return None
     # arrays the slice stores: read by the rest only at the store's index, and stored once
     stored = {}
@@ -116,12 +116,12 @@ def _split(m: Loop):
             if s.array in stored:
                 return None
             stored[s.array] = s.index
-            if m.var not in _names(s.index, set()):
+            if m.var not in names(s.index, set()):
                 return None  # an element shared by every iteration: not iteration-private
     for arr, ix in stored.items():
         if not _reads_at(rest, arr, ix):
             return None
-    used = _reads_no_acc(rest)
+    used = reads_writes(rest, updates=False)[0]
     return first, rest, [t for t in targets if t in used]
 
 
@@ -163,7 +163,7 @@ def _innermost(stmts):
 def split_calls(ir: KernelIR) -> KernelIR:
     """Signature: split_calls : KernelIR -> KernelIR (module doc); top-level
     loops are rewritten, every other statement kept."""
-    used = {s.name for s in ir.allocs} | set(ir.args) | _written(ir.body)
+    used = {s.name for s in ir.allocs} | set(ir.args) | reads_writes(ir.body, updates=False)[1]
     count, changed = [0], [False]
 
     def fresh(base: str) -> str:
@@ -175,10 +175,10 @@ def split_calls(ir: KernelIR) -> KernelIR:
                 return nm
 
     def rewrite(top: Loop):
-        written = _written(top.body) | {top.var}
+        written = reads_writes(top.body, updates=False)[1] | {top.var}
         pre, sub, tests = [], {}, []
         for m in _innermost([top]):
-            if m is top or _names((m.lo, m.hi), set()) & written:
+            if m is top or names((m.lo, m.hi), set()) & written:
                 continue  # buffers are allocated before ``top``: its own loop, or bounds varying in it, keep
             got = _split(m)
             if got is None:

@@ -22,7 +22,8 @@ Fusing makes an inner reduction loop (``acc += e``) share its body with other
 statements, which loses codegen's independent lanes; a fusion is kept only
 when every such reduction then gets column partial sums (``colsum.py``),
 which vectorize.  Only the serial kernel is fused (the parallel one keeps a
-``prange`` per gen nest and chunked reductions).  Built from loop-IR nodes.
+``prange`` per gen nest and chunked reductions).  Built from loop-IR nodes;
+the names statements read and write come from rw.py.
 """
 
 from __future__ import annotations
@@ -30,127 +31,17 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from . import kir as K
-from .blas import Gemm
-from .colsum import _candidates, _names
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
-
-
-def _rw(stmts) -> tuple:
-    """``(read names, written names)`` of statements (an accumulation reads and writes its target)."""
-    reads: set = set()
-    writes: set = set()
-    for s in walk_stmts(stmts):
-        if isinstance(s, Loop):
-            _names((s.lo, s.hi), reads)
-            writes.add(s.var)
-        elif isinstance(s, If):
-            _names(s.cond, reads)
-        elif isinstance(s, Assign):
-            _names(s.value, reads)
-            writes.add(s.target)
-        elif isinstance(s, AccAdd):
-            _names(s.value, reads)
-            reads.add(s.target)
-            writes.add(s.target)
-        elif isinstance(s, Store):
-            _names((s.index, s.value), reads)
-            reads.add(s.array)  # a partial write: the array's other elements live on
-            writes.add(s.array)
-        elif isinstance(s, Alloc):
-            _names(s.shape, reads)
-            writes.add(s.name)
-        elif isinstance(s, Gemm):  # out = lhs · rhs over whole arrays (blas.py)
-            reads.update(s.arrays_read())
-            writes.add(s.out)
-        elif not isinstance(s, Break):  # a statement this analysis does not know: depends on everything
-            reads.add(_OPAQUE)
-            writes.add(_OPAQUE)
-    return reads, writes
-
-
-_OPAQUE = "<opaque statement>"  # not a name the printer can produce
-
-
-def _independent(a, b, skip=frozenset()) -> bool:
-    ra, wa = _rw(a)
-    rb, wb = _rw(b)
-    wa, wb = wa - skip, wb - skip
-    if _OPAQUE in wa or _OPAQUE in wb:
-        return False
-    return not (wa & (rb | wb) or wb & ra)
+from .colsum import candidates
+from .loopir import AccAdd, Assign, If, KernelIR, Loop, Store, walk_stmts
+from .rw import dead_after, has_break, independent, names, reads_writes, rename
 
 
 def _match(a, b) -> bool:
     if isinstance(a, Loop) and isinstance(b, Loop):
-        return (a.lo, a.hi, a.step) == (b.lo, b.hi, b.step) and not _breaks(a.body) and not _breaks(b.body)
+        return (a.lo, a.hi, a.step) == (b.lo, b.hi, b.step) and not has_break(a.body) and not has_break(b.body)
     if isinstance(a, If) and isinstance(b, If):
         return a.cond == b.cond
     return False
-
-
-def _breaks(stmts) -> bool:
-    return any(isinstance(s, Break) for s in walk_stmts(stmts))
-
-
-def _rename(x, old: str, new: str):
-    """``x`` (statements or kernel-IR expressions) with the name ``old`` read as ``new``."""
-    if isinstance(x, K.Name):
-        return K.Name(new) if x.name == old else x
-    if isinstance(x, tuple):
-        return tuple(_rename(y, old, new) for y in x)
-    if isinstance(x, list):
-        return [_rename(y, old, new) for y in x]
-    if isinstance(x, (K.Int, K.Bool, K.Float)) or not hasattr(x, "__dataclass_fields__"):
-        return x
-    kw = {f.name: _rename(getattr(x, f.name), old, new) for f in fields(x)}
-    if isinstance(x, Loop) and x.var == old:
-        kw["var"] = new
-    if isinstance(x, (Assign, AccAdd)) and x.target == old:
-        kw["target"] = new
-    return replace(x, **kw)
-
-
-def _status(var: str, stmts) -> str:
-    """'read' when ``stmts`` may read ``var`` before assigning it, 'killed'
-    when they surely assign it first, else 'none'."""
-    for s in stmts:
-        if isinstance(s, Assign):
-            if var in _names(s.value, set()):
-                return "read"
-            if s.target == var:
-                return "killed"
-        elif isinstance(s, AccAdd):
-            if var in _names(s.value, set()) or s.target == var:
-                return "read"
-        elif isinstance(s, Store):
-            if var in _names((s.index, s.value), set()) or s.array == var:
-                return "read"
-        elif isinstance(s, Alloc):
-            if var in _names(s.shape, set()):
-                return "read"
-            if s.name == var:
-                return "killed"
-        elif isinstance(s, If):
-            if var in _names(s.cond, set()):
-                return "read"
-            a, b = _status(var, s.then), _status(var, s.orelse)
-            if "read" in (a, b):
-                return "read"
-            if a == b == "killed":
-                return "killed"
-        elif isinstance(s, Loop):
-            if var in _names((s.lo, s.hi), set()):
-                return "read"
-            # the body may run zero times: it kills nothing for what follows
-            if s.var != var and _status(var, s.body) == "read":
-                return "read"
-    return "none"
-
-
-def _dead_after(var: str, rest) -> bool:
-    """``var`` is not read by ``rest`` before being assigned again (a fused
-    loop leaves ``A``'s variable, not ``B``'s, at its last value)."""
-    return _status(var, rest) != "read"
 
 
 def _lanes(s) -> bool:
@@ -169,9 +60,10 @@ def _fuse_pair(a, b, lost: list):
             return None
         return replace(a, then=then, orelse=orelse)
     if a.var != b.var:
-        if a.var in _rw(b.body)[0] | _rw(b.body)[1]:
+        r, w = reads_writes(b.body)
+        if a.var in r | w:
             return None
-        body_b = _rename(b.body, b.var, a.var)
+        body_b = rename(b.body, b.var, a.var)
     else:
         body_b = b.body
     kind = a.kind if a.kind == b.kind else "sum"
@@ -193,7 +85,7 @@ def _fuse_lists(xs, ys, lost: list):
         return tuple(xs) + tuple(ys)
     for i, j in zip(lx, ly):
         b = ys[j]
-        if isinstance(b, Loop) and not _dead_after(b.var, ys[j + 1:]):
+        if isinstance(b, Loop) and not dead_after(b.var, ys[j + 1:]):
             return tuple(xs) + tuple(ys)
     out: list = []
     pi = pj = 0
@@ -230,7 +122,7 @@ def _reductions_keep_speed(s, lost: list) -> bool:
     top(s)
     covered = set()
     for t in tops:
-        for m, accs in _candidates(t):
+        for m, accs in candidates(t):
             if set(accs) >= {x.target for x in m.body if isinstance(x, AccAdd)}:
                 covered.add(id(m))
     return all(id(m) in covered for m in lost)
@@ -240,10 +132,7 @@ def _fusable(a, b) -> bool:
     if not _match(a, b):
         return False
     # the loop variables are private to each nest (allocator names): a shared name is renamed
-    vars_ = _loop_vars(a, b)
-    ra, wa = _rw([a])
-    rb, wb = _rw([b])
-    return not ((wa - vars_) & (rb | wb) or (wb - vars_) & ra)
+    return independent([a], [b], _loop_vars(a, b))
 
 
 def _sink_assigns(body: list) -> list:
@@ -256,10 +145,10 @@ def _sink_assigns(body: list) -> list:
     while k >= 0:
         s = body[k]
         if isinstance(s, Assign):
-            reads = _names(s.value, set())
+            reads = names(s.value, set())
             p = k
             while p + 1 < len(body):
-                r, w = _rw([body[p + 1]])
+                r, w = reads_writes([body[p + 1]])
                 if s.target in r | w or w & reads:
                     break
                 p += 1
@@ -285,10 +174,10 @@ def fuse_nests(ir: KernelIR) -> KernelIR:
                 if not _fusable(a, b):
                     continue
                 mid = body[i + 1:j]
-                if not all(_independent([a], [m]) for m in mid):
+                if not all(independent([a], [m]) for m in mid):
                     continue
                 if isinstance(b, Loop) and isinstance(a, Loop) and a.var != b.var:
-                    if not _dead_after(b.var, body[j + 1:]) or b.var in results:
+                    if not dead_after(b.var, body[j + 1:]) or b.var in results:
                         continue
                 lost: list = []
                 f = _fuse_pair(a, b, lost)
@@ -325,7 +214,7 @@ class _Fresh:
     def __init__(self, ir):
         self.used = set(ir.args) | {a.name for a in ir.allocs} | set(ir.results)
         for s in walk_stmts(ir.body):
-            r, w = _rw([s])
+            r, w = reads_writes([s])
             self.used |= r | w
         self.k = 0
 
@@ -380,12 +269,12 @@ def _share_once(body: list, fresh):
         if _value(sp) is None:
             continue
         for e in _subtrees(_value(sp), []):
-            reads = _names(e, set())
+            reads = names(e, set())
             last = None
             for q in range(p, len(body)):
                 if q > p and _value(body[q]) is not None and _subtrees(_value(body[q]), []).count(e):
                     last = q
-                if _rw([body[q]])[1] & reads or _value(body[q]) is None:
+                if reads_writes([body[q]])[1] & reads or _value(body[q]) is None:
                     break
             if last is None:
                 continue

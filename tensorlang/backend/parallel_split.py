@@ -23,6 +23,7 @@ from . import kir as K
 from .blas import Gemm
 from .contract import _map_stmts
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
+from .rw import names, reads_writes
 
 # kernel_parallel's extra last argument (no allocator name has an underscore);
 # an argument, not numba.get_num_threads() in the kernel, which would keep
@@ -31,61 +32,6 @@ THREADS_ARG = "n_threads"
 
 
 # -- parallel reductions (issue #13 item 4) -------------------------------------------
-
-
-def _names(e: K.KExpr, out: set) -> set:
-    """Every local, argument or array name an expression reads."""
-    match e:
-        case K.Name(name=n):
-            out.add(n)
-        case K.Load(array=a, index=ix):
-            out.add(a)
-            for i in ix:
-                _names(i, out)
-        case K.IBin(lhs=a, rhs=b) | K.Cmp(lhs=a, rhs=b) | K.FMul(lhs=a, rhs=b) | K.FDiv(lhs=a, rhs=b):
-            _names(a, out)
-            _names(b, out)
-        case K.MinMax(args=args) | K.BoolOp(args=args) | K.FCall(args=args):
-            for a in args:
-                _names(a, out)
-        case K.FSum(terms=ts):
-            for t in ts:
-                _names(t, out)
-        case K.Select(test=t, then=a, orelse=b):
-            for x in (t, a, b):
-                _names(x, out)
-        case K.FNeg(arg=a) | K.FPow(base=a):
-            _names(a, out)
-    return out
-
-
-def _reads(stmts, out: set, acc_targets: bool = True) -> set:
-    """Names read by statements (an accumulation reads its target, unless
-    ``acc_targets`` is False: a reduction's own partial sums)."""
-    for s in walk_stmts(stmts):
-        match s:
-            case Loop(lo=lo, hi=hi):
-                _names(lo, out)
-                _names(hi, out)
-            case If(cond=c):
-                _names(c, out)
-            case Assign(value=v):
-                _names(v, out)
-            case AccAdd(target=t, value=v):
-                _names(v, out)
-                if acc_targets:
-                    out.add(t)
-            case Store(array=a, index=ix, value=v):
-                out.add(a)
-                for i in ix:
-                    _names(i, out)
-                _names(v, out)
-            case Alloc(shape=sh):
-                for x in sh:
-                    _names(x, out)
-            case Gemm():
-                out.update(s.arrays_read())
-    return out
 
 
 def _own_break(stmts) -> bool:
@@ -115,7 +61,7 @@ def _reduction_vars(loop: Loop, outside: set):
     mine = {s.name for s in stmts if isinstance(s, Alloc) and not s.pooled}
     if any(isinstance(s, Store) and s.array not in mine for s in stmts):
         return None
-    if set(accs) & _reads(loop.body, set(), acc_targets=False):
+    if set(accs) & reads_writes(loop.body, updates=False)[0]:
         return None  # a partial sum read inside the loop: not a plain reduction
     if written & outside:
         return None  # a value computed in the loop is read after it
@@ -154,11 +100,11 @@ def _reads_except(stmts, skip, out: set) -> set:
         if s is skip:
             continue
         if isinstance(s, If):
-            _names(s.cond, out)
+            names(s.cond, out)
             _reads_except(s.then, skip, out)
             _reads_except(s.orelse, skip, out)
         else:
-            _reads([s], out)
+            out |= reads_writes([s])[0]
     return out
 
 
@@ -266,20 +212,20 @@ def _stmt_reads(s, accs) -> set:
     out: set = set()
     match s:
         case Loop(lo=lo, hi=hi):
-            _names(lo, out)
-            _names(hi, out)
+            names(lo, out)
+            names(hi, out)
         case If(cond=c):
-            _names(c, out)
+            names(c, out)
         case Assign(value=v) | AccAdd(value=v):
-            _names(v, out)
+            names(v, out)
         case Store(array=a, index=ix):
             got = _accumulation(s, accs)
             for i in ix:
-                _names(i, out)
-            _names(got[2] if got else s.value, out)
+                names(i, out)
+            names(got[2] if got else s.value, out)
         case Alloc(shape=sh):
             for x in sh:
-                _names(x, out)
+                names(x, out)
         case Gemm():
             out.update(s.arrays_read())
     return out
@@ -308,7 +254,7 @@ def _iteration_work(loop: Loop) -> K.KExpr:
         leaves = [t for t in walk_stmts(s.body) if not isinstance(t, Loop)] if isinstance(s, Loop) else []
         if leaves and all(_zeroing(t, {getattr(t, "array", None)}) for t in leaves):
             continue  # a tile's zeroing (scatter.py) counts as before, when it ran outside the loop
-        if isinstance(s, Loop) and s.step == 1 and not (_names(s.lo, set()) | _names(s.hi, set())) & local:
+        if isinstance(s, Loop) and s.step == 1 and not (names(s.lo, set()) | names(s.hi, set())) & local:
             w = K.IBin("+", w, K.MinMax("max", (K.Int(0), K.IBin("-", s.hi, s.lo))))
     return w
 

@@ -55,9 +55,9 @@ from dataclasses import replace
 
 from . import kir as K
 from .blas import WITNESS_MIN, Gemm
-from .colsum import _names
-from .hfuse import _OPAQUE, _breaks, _dead_after, _independent, _rename, _rw, fuse_nests
+from .hfuse import fuse_nests
 from .loopir import AccAdd, Alloc, If, KernelIR, Loop, Store, walk_stmts
+from .rw import OPAQUE, dead_after, has_break, independent, names, reads_writes, rename
 
 
 def _accesses(stmts, out: list, stores: bool = True) -> list:
@@ -108,18 +108,18 @@ def _matrices(loop: Loop) -> set:
 def _related(p: Loop, q: Loop) -> bool:
     if _matrices(p) & _matrices(q):
         return True
-    _, wp = _rw([p])
-    rq, _ = _rw([q])
+    _, wp = reads_writes([p])
+    rq, _ = reads_writes([q])
     arrays = {a for a, _ in _accesses([q], [])}
     return bool(wp & rq & arrays)
 
 
 def _legal(p: Loop, q: Loop) -> bool:
-    if (p.lo, p.hi, p.step) != (q.lo, q.hi, q.step) or _breaks(p.body) or _breaks(q.body):
+    if (p.lo, p.hi, p.step) != (q.lo, q.hi, q.step) or has_break(p.body) or has_break(q.body):
         return False
-    rp, wp = _rw([p])
-    rq, wq = _rw([q])
-    if _OPAQUE in wp | wq:
+    rp, wp = reads_writes([p])
+    rq, wq = reads_writes([q])
+    if OPAQUE in wp | wq:
         return False
     if p.var != q.var and (p.var in rq | wq or q.var in rp | wp):
         return False  # a renamed loop variable would collide
@@ -146,14 +146,14 @@ def _fuse_once(body: list, results: set):
             q = body[j]
             if not (isinstance(q, Loop) and _related(p, q) and _legal(p, q)):
                 continue
-            if q.var in results or not _dead_after(q.var, body[j + 1:]):
+            if q.var in results or not dead_after(q.var, body[j + 1:]):
                 continue
             between, after = [], []
             for m in body[i + 1:j]:  # those depending on P (or on one that does) go after the fused loop
-                (after if not _independent([p] + after, [m]) else between).append(m)
-            if after and not _independent([q], after):
+                (after if not independent([p] + after, [m]) else between).append(m)
+            if after and not independent([q], after):
                 continue
-            fused = replace(p, body=tuple(p.body) + tuple(_rename(q.body, q.var, p.var) if q.var != p.var else q.body),
+            fused = replace(p, body=tuple(p.body) + tuple(rename(q.body, q.var, p.var) if q.var != p.var else q.body),
                             kind=p.kind if p.kind == q.kind else "sum", parallel=False)
             return body[:i] + between + [fused] + after + body[j + 1:]
     return None
@@ -191,7 +191,7 @@ def row_fuse(ir: KernelIR) -> KernelIR:
     # the run-time BLAS choices (size tests only): the fused version takes their loops
     conds = []
     for s in body:
-        if isinstance(s, If) and any(isinstance(t, Gemm) for t in s.then) and _names(s.cond, set()) <= sizes \
+        if isinstance(s, If) and any(isinstance(t, Gemm) for t in s.then) and names(s.cond, set()) <= sizes \
                 and _loops_when_large(s.cond):
             if s.cond not in conds:
                 conds.append(s.cond)

@@ -12,7 +12,8 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.backend import kir as K
-from tensorlang.backend.colsum import _names, column_sums
+from tensorlang.backend.colsum import column_sums
+from tensorlang.backend.rw import names
 from tensorlang.backend.fission import MAX_ROW, _has_call, split_calls
 from tensorlang.backend.hfuse import fuse_nests
 from tensorlang.backend.loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
@@ -162,7 +163,7 @@ def test_mlp_kernel_splits_its_row_loops():
 
     def carried(loop):
         return any(isinstance(x, AccAdd) or (isinstance(x, Store) and x.array in _loads(x.value, set()))
-                   or (isinstance(x, Assign) and x.target in _names(x.value, set())) for x in loop.body)
+                   or (isinstance(x, Assign) and x.target in names(x.value, set())) for x in loop.body)
 
     assert any(carried(s) for s in tanh_loops(before.body))  # fused: the tanh shares a reduction loop
     after = tanh_loops(_short_rows(split_calls(before).body))
