@@ -116,24 +116,15 @@ def shared_terms(e: Expr) -> list:
     while stack:
         x = pop()
         for c in x._children(x):
-            if isinstance(c, Expr):
-                if isinstance(c, leaf) or (type(c) is Access and isinstance(c.arr, leaf)):
+            for y in (c if isinstance(c, tuple) else (c,)):
+                if not isinstance(y, Expr) or isinstance(y, leaf) or (type(y) is Access and isinstance(y.arr, leaf)):
                     continue  # (a read of a variable: no work, nothing below but the variable)
-                k = get(c)
+                k = get(y)
                 if k is None:
-                    uses[c] = 1
-                    push(c)
+                    uses[y] = 1
+                    push(y)
                 else:
-                    uses[c] = k + 1
-            elif isinstance(c, tuple):
-                for y in c:
-                    if isinstance(y, Expr) and not isinstance(y, leaf):
-                        k = get(y)
-                        if k is None:
-                            uses[y] = 1
-                            push(y)
-                        else:
-                            uses[y] = k + 1
+                    uses[y] = k + 1
     return [x for x, k in uses.items() if k > 1 and has_work(x)]
 
 

@@ -441,8 +441,8 @@ class _Plan:
 
 
 def _shape_at(dims, sizes: dict) -> tuple:
-    """A spec's extents (``[[[size, coeff], ...], const]`` each) at ``sizes``."""
-    return tuple(max(0, const + sum(c * sizes[s] for s, c in terms)) for terms, const in dims)
+    """A spec's extents (``[[[size, coeff], ...], const]`` each) at ``sizes``, at least 0."""
+    return tuple(max(0, _at(d, sizes)) for d in dims)
 
 
 def _witnessed(witness, res, values: dict) -> None:
