@@ -250,8 +250,6 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 raise TypeError(f"not a loop-IR statement: {s!r}")
 
 
-
-
 def _subst(e, name: str, repl: K.KExpr):
     """``e`` with the index ``Name(name)`` replaced by ``repl`` (kernel-IR nodes)."""
     if isinstance(e, K.Name):
