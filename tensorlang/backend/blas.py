@@ -164,13 +164,18 @@ def worth_blas(dims) -> K.KExpr:
     """The run-time test choosing the BLAS call over the loops (kernel IR):
     every extent at least 1 and ``m·n·k >= BLAS_MIN_WORK``."""
     work, tests = K.Int(1), []
-    for d in dims:
-        if d is None:
-            continue
+    for d in _canonical(dims):
         if K.Cmp(">=", d, K.Int(1)) not in tests:
             tests.append(K.Cmp(">=", d, K.Int(1)))
         work = K.IBin("*", work, K.MinMax("min", (d, K.Int(_CAP))))
     return K.and_of(tests + [K.Cmp(">=", work, K.Int(BLAS_MIN_WORK))])
+
+
+def _canonical(dims) -> list:
+    """The extents present in ``dims``, in one fixed order (by their kernel-IR
+    structure): ``A x`` and ``vᵀA`` over one matrix get the same size test,
+    so rowfuse.py's version test and its else branch see one choice."""
+    return sorted((d for d in dims if d is not None), key=repr)
 
 
 def dense_shape(lw, base):
@@ -207,17 +212,17 @@ def lower_gemm(lw, x, gb, rhs, stmts: list) -> list:
         use = K.and_of([use, _small(dims)])
         return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), _rows_vtA(lw, name, lhs.array, rhs_v.array, dims))]
     if wit is None:
-        return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))]
+        # the loops run only below BLAS_MIN_WORK or at an extent 0 (cold)
+        return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]), cold=True)]
     # a matrix past the caches: the loops, which witness its finiteness (below)
-    small = K.Cmp("<", K.IBin("*", K.MinMax("min", (dims[0], K.Int(_CAP))), K.MinMax("min", (dims[2], K.Int(_CAP)))),
-                  K.Int(WITNESS_MIN))
-    use = K.and_of([use, small])
+    use = K.and_of([use, _small(dims)])
     return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))] + finite_witness(lw, wit, name, got.dims[0], use)
 
 
 def _small(dims) -> K.KExpr:
     """The matrix of a GEMV with extents ``dims`` (m, None, k) has fewer than ``WITNESS_MIN`` elements."""
-    return K.Cmp("<", K.IBin("*", K.MinMax("min", (dims[0], K.Int(_CAP))), K.MinMax("min", (dims[2], K.Int(_CAP)))),
+    m, k = _canonical((dims[0], dims[2]))
+    return K.Cmp("<", K.IBin("*", K.MinMax("min", (m, K.Int(_CAP))), K.MinMax("min", (k, K.Int(_CAP)))),
                  K.Int(WITNESS_MIN))
 
 

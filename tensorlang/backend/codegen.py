@@ -51,7 +51,9 @@ expressions, constant getitems on tuples, ``**``; the printed kernels use
 none of them: the LLVM it gets is the same), Numba's pipeline without the
 passes such a kernel gives nothing to do (``intrinsics.KernelCompiler``),
 and array elements read and written through the ``load``/``store``
-intrinsics (one typed call per access; same machine code).
+intrinsics (one typed call per access; same machine code).  The loops a
+BLAS call falls back to below its size threshold (``If.cold``) are printed
+without lanes: there they only cost compile time (the MLP's five GEMMs).
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 _stmts(b, depth + 1, par, lines, {})
             case Loop(var=v, lo=lo, hi=hi, step=1, body=(AccAdd(target=t, value=val),), parallel=p) if (
                 not (p and par) and s.kind in ("sum", "rel") and t not in names(val, set())
+                and not getattr(_PRINT, "plain", False)
             ):
                 _lanes(v, lo, hi, t, val, ind, lines)
             case Loop(var=v, lo=lo, hi=hi, step=st, body=b, parallel=p):
@@ -233,7 +236,12 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 _stmts(t, depth + 1, par, lines, red)
                 if e:
                     lines.append(f"{ind}else:\n")
-                    _stmts(e, depth + 1, par, lines, red)
+                    plain = getattr(_PRINT, "plain", False)
+                    _PRINT.plain = plain or s.cold  # loops whose speed cannot matter: no lanes
+                    try:
+                        _stmts(e, depth + 1, par, lines, red)
+                    finally:
+                        _PRINT.plain = plain
             case Assign(target=t, value=v):
                 lines.append(f"{ind}{t} = {expr(v)}\n")
             case AccAdd(target=t, value=v):

@@ -30,9 +30,16 @@ class Loop:
 
 @dataclass(frozen=True)
 class If:
+    """``if cond: then else: orelse``.  ``cold``: ``orelse`` runs only at sizes
+    where its speed cannot matter (the loops behind a BLAS call, taken below
+    ``blas.BLAS_MIN_WORK`` multiply-adds or at an extent 0); the printer
+    emits them plainly, without partial-sum lanes (codegen.py), which saves
+    their share of Numba's compile time (issue #14 item 6)."""
+
     cond: KExpr
     then: tuple
     orelse: tuple = ()
+    cold: bool = False
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,10 @@ A GEMV whose matrix is past the caches runs loops (blas.py: the witnessed
 time from the sizes (``If(size test, [Gemm], loops)``, the test including
 ``elements < WITNESS_MIN``).  The fused loops are therefore a *version* of
 the kernel: ``if not test₁ and … : fused else: original``, where the
-original keeps every BLAS choice (and hfuse.py's fusions).  Choices without
+original keeps every BLAS choice (and hfuse.py's fusions); when there is
+one choice (blas.py writes the tests of ``A x`` and ``vᵀA`` over one matrix
+alike), the original takes its BLAS side only: its loops would be dead code
+that Numba compiles all the same (the quadratic form's kernel: 100 -> 50 lines).  Choices without
 that bound (GEMMs, which BLAS takes at every large size) stay in the
 version as they are: duplicating the kernel for sizes where a sweep costs
 nothing would only double its compile time.  Top-level allocations are hoisted in front of the version test,
@@ -219,6 +222,10 @@ def row_fuse(ir: KernelIR) -> KernelIR:
     if None in nots:
         return ir
     test = K.and_of(nots)
+    if len(conds) == 1:
+        # the else branch runs only when the one choice holds: its BLAS side
+        # alone (the loops there are dead code Numba would still compile)
+        rest = [x for s in rest for x in (s.then if isinstance(s, If) and s.cond == conds[0] else (s,))]
     orig = fuse_nests(replace(ir, body=rest)).body
     return replace(ir, body=allocs + [If(test, tuple(version), tuple(orig))])
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import tensorlang as tl
 from tensorlang.backend.blas import HAVE_BLAS, Gemm
-from tensorlang.backend.loopir import If, walk_stmts
+from tensorlang.backend.loopir import If, Loop, walk_stmts
 
 if not HAVE_BLAS:  # Numba's np.dot needs SciPy's BLAS; without it products keep their loops
     pytest.skip("SciPy is not installed", allow_module_level=True)
@@ -170,6 +170,23 @@ def test_blas_is_chosen_at_run_time_by_size():
     env = lambda m, p: {size["m"]: m, size["p"]: p}  # noqa: E731
     assert not evaluate_int(choice.cond, env(3, 3)) and not evaluate_int(choice.cond, env(0, 10 ** 6))
     assert evaluate_int(choice.cond, env(100, 100))
+
+
+def test_the_loops_behind_a_gemm_are_printed_plainly():
+    """The loops a GEMM falls back to run only below BLAS_MIN_WORK multiply-adds
+    or at an extent 0: the printer gives them no partial-sum lanes, which only
+    cost compile time there (loopir.If.cold; issue #14 item 6).  Values on
+    both sides of the choice against NumPy."""
+    expr, L, R = product("ik", "kj", "ij")
+    k = tl.compile(expr)
+    choice = next(s for s in walk_stmts(k.loop_ir.body) if isinstance(s, If) and any(isinstance(t, Gemm) for t in s.then))
+    assert choice.cold and any(isinstance(s, Loop) and s.kind == "sum" for s in walk_stmts(choice.orelse))
+    serial = k.source.split("def kernel_parallel")[0]
+    assert "_a1" not in serial  # no lanes anywhere in this kernel: its only reduction is the cold one
+    rng = np.random.default_rng(5)
+    for m, p, q in [(3, 4, 5), (0, 3, 2), (3, 0, 2), (40, 50, 60)]:
+        a, b = rng.normal(size=(m, p)), rng.normal(size=(p, q))
+        np.testing.assert_allclose(k(**{L.name: a, R.name: b}), a @ b, rtol=1e-12, atol=1e-12)
 
 
 def test_gradients_use_blas():

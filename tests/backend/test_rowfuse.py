@@ -135,3 +135,21 @@ def test_a_second_product_with_the_same_matrix(n, m):
     np.testing.assert_allclose(val, p @ q, rtol=1e-12)
     np.testing.assert_allclose(gx, Av.T @ q, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(gA, np.outer(q, xv) + np.outer(p, zv), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["quadform", "least_squares"])
+def test_the_blas_side_keeps_no_dead_loops(case):
+    """The else branch of the version runs only when the one BLAS choice holds
+    (blas.py writes the tests of ``A x`` and ``vᵀA`` over one matrix alike,
+    rectangular X included): it keeps the BLAS calls and none of the loops
+    over the matrix, which Numba would compile for nothing (issue #14 item 6)."""
+    loss, A, x = _quadform() if case == "quadform" else _least_squares()
+    wrt = [x, A] if case == "quadform" else [x]
+    ir = backend_compile(tl.grad(loss, wrt=wrt).program).loop_ir
+    choices = {s.cond for s in ir.body if isinstance(s, If) and any(isinstance(t, Gemm) for t in s.then)}
+    assert len(choices) == 1  # Ax and vᵀA: one size test
+    a = _matrix_arg(ir)
+    v = _version(row_fuse(ir))
+    assert _sweeps(v.orelse, a) == 2  # two BLAS calls ...
+    assert not any(isinstance(s, Loop) and a in _matrices(s) for s in walk_stmts(v.orelse))  # ... and no loops
+    assert not any(isinstance(s, If) for s in v.orelse)  # no choice left to make
