@@ -389,6 +389,24 @@ def _grad_blocked(d, S, g, m):
     return g, gk
 
 
+def gradients(d, ms=(2, 4), bufs=None):
+    """(name, (λ_0, κ̄)) of every hand gradient, one after the other (they
+    share the buffers ``bufs = (S, a, b, g, gn)``: copies are yielded)."""
+    n, T = d["u0"].shape[0], int(d["T"])
+    if bufs is None:
+        bufs = (_aligned_empty((T + 1, n, n)),) + tuple(_aligned_empty((n, n)) for _ in range(4))
+    S, a, b, g, gn = bufs
+    d = {**d, "kappa": float(d["kappa"]), "T": T}
+    runs = [("grad_all", lambda: _grad_all(d, S, g, gn)), ("grad_fused", lambda: _grad_fused(d, S, g, gn)),
+            ("grad_ix", lambda: _grad_ix(d, S, g, gn, False)), ("grad_blocked2_ix", lambda: _grad_ix(d, S, g, gn, True))]
+    runs += [(f"grad_blocked{m}", (lambda m=m: _grad_blocked(d, S, g, m))) for m in ms]
+    if S.ctypes.data % 32 == 0 and (n * 8) % 32 == 0:  # the non-temporal stores need 32-byte aligned rows
+        runs.append(("grad_nt", lambda: _grad_nt(d, S, g, gn, a, b)))
+    for name, fn in runs:
+        gu, gk = fn()
+        yield name, (gu.copy(), float(gk))
+
+
 def main(argv=None) -> None:
     import tensorlang as tl
 
@@ -420,14 +438,7 @@ def main(argv=None) -> None:
 
     lp = primal(d["u0"], d["z"], d["kappa"], T, a, b)
     assert abs(lp - float(f(**d))) <= 1e-12 * abs(lp), "hand primal differs from tensorlang's"
-    errs = {"grad_all": check("grad_all", *_grad_all(d, S, g, gn))}
-    errs["grad_fused"] = check("grad_fused", *_grad_fused(d, S, g, gn))
-    assert S.ctypes.data % 32 == 0 and (n * 8) % 32 == 0, "the non-temporal stores need 32-byte aligned rows"
-    errs["grad_nt"] = check("grad_nt", *_grad_nt(d, S, g, gn, a, b))
-    errs["grad_ix"] = check("grad_ix", *_grad_ix(d, S, g, gn, False))
-    errs["grad_blocked2_ix"] = check("grad_blocked2_ix", *_grad_ix(d, S, g, gn, True))
-    for m in args.ms:
-        errs[f"grad_blocked{m}"] = check(f"blocked{m}", *_grad_blocked(d, S, g, m))
+    errs = {name: check(name, *got) for name, got in gradients(d, args.ms, (S, a, b, g, gn))}
     u, k, z = d["u0"], d["kappa"], d["z"]
     forward_all(u, k, T, S)
     methods = {
