@@ -41,9 +41,7 @@ import time
 
 import numpy as np
 
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-
-import numba  # noqa: E402
+import numba
 
 _OPTS = dict(nogil=True, error_model="numpy", boundscheck=False)
 
@@ -349,6 +347,7 @@ def main(argv=None) -> None:
     ap.add_argument("--T", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=9)
     args = ap.parse_args(argv)
+    numba.set_num_threads(1)  # one thread: tensorlang's parallel kernels too
     n, T = args.n, args.T
     d = data({"n": n, "T": T}, np.random.default_rng(0))
     d["c"] = float(d["c"])

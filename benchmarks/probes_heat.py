@@ -49,10 +49,8 @@ import time
 
 import numpy as np
 
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-
-import numba  # noqa: E402
-import numba.extending  # noqa: E402
+import numba
+import numba.extending
 
 _OPTS = dict(nogil=True, error_model="numpy", boundscheck=False)
 
@@ -418,6 +416,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--ms", type=int, nargs="*", default=[2, 4, 8])
     args = ap.parse_args(argv)
+    numba.set_num_threads(1)  # one thread: tensorlang's parallel kernels too
     n, T = args.n, args.T
     d = data({"n": n, "T": T}, np.random.default_rng(0))
     d["kappa"] = float(d["kappa"])

@@ -1,9 +1,8 @@
-"""The hand-written kernels of benchmarks/probes_heat.py and
-benchmarks/probes_burgers.py (issue #17: the machine-limit arguments for the
-loop goals) compute the gradients they are timed as: each against the
-benchmarks' NumPy references (grad_ref, written independently, step by
-step), at sizes with boundary rows and odd T (blocked sweeps' leftover
-steps)."""
+"""The hand-written kernels of benchmarks/probes_heat.py, probes_burgers.py
+and probes_wave.py (issue #17: the machine-limit arguments for the loop
+goals) compute the gradients they are timed as: each against the benchmarks'
+NumPy references (grad_ref, written independently, step by step), at sizes
+with boundary rows and odd T (blocked sweeps' leftover steps)."""
 
 import numpy as np
 import pytest
@@ -54,3 +53,16 @@ def test_burgers_hand_gradients_match_numpy(n, T, signs):
     a, b = np.empty(n), np.empty(n)
     got_loss = probes_burgers.primal(d["u0"], d["z"], float(d["c"]), T, a, b)
     assert got_loss == pytest.approx(burgers_loop.loss_ref(d), rel=1e-13)
+
+
+@pytest.mark.parametrize("n,T", [(3, 1), (5, 4), (9, 7)])
+def test_wave_hand_gradient_matches_numpy(n, T):
+    from benchmarks import probes_wave, wave
+
+    d = wave.data({"n": n, "T": T}, np.random.default_rng(n + 7 * T))
+    want = wave.grad_ref(d)
+    gu, gc = probes_wave.gradient(d)
+    np.testing.assert_allclose(gu, want["u0"], rtol=1e-12, atol=1e-14)
+    assert abs(gc - float(want["c2"])) <= 1e-12 * abs(float(want["c2"]))
+    a, b, e = (np.empty((n, n)) for _ in range(3))
+    assert probes_wave.primal(d["u0"], d["z"], float(d["c2"]), T, a, b, e) == pytest.approx(wave.loss_ref(d), rel=1e-13)
