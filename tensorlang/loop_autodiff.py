@@ -87,6 +87,28 @@ def _unpack(val, n: int) -> list:
     return out
 
 
+def _check_given(given: dict, types: dict, sizes: dict, internal=frozenset()) -> None:
+    """Validate the tangents or the cotangent a caller gives (``given``: name
+    -> value, ``types``: name -> type) at the primal's ``sizes``: rank,
+    lengths, a real dtype and (except the ``internal`` ones, an earlier
+    loop's values) finite values, refused by name.  Without it they reached
+    the parts' kernels under the loop's own names (``loop_dstate``), or,
+    in the Numba sweeps, none at all (a short cotangent was read past its
+    end)."""
+    from .evaluator import prepare_inputs
+    from .ir import Pair, size_vars
+
+    prog = None
+    for nm, t in types.items():
+        v = Var(nm, 0, t)
+        prog = v if prog is None else Pair(prog, v)
+    if prog is None:
+        return
+    kw = {nm: given[nm] for nm in types}
+    kw.update({s.name: sizes[s.name] for s in size_vars(prog)})
+    prepare_inputs(prog, kw, exact=False, finite_elsewhere=internal)
+
+
 # --------------------------------------------------------------------------
 # Reverse mode
 
@@ -107,6 +129,8 @@ class _Reverse:
 
         self.cot = cot_name
         self.dstate = fresh("loop_dstate")
+        # the values the sweeps compute (loop_kernel.Part's ``internal``): never refused for NaN/inf
+        internal = set(lp.internal) | {self.dstate}
 
         def vjp_part(prog, wrt, cot):
             wrt = [w for w in wrt if w in set(input_vars(prog)) or w is prog]
@@ -114,7 +138,7 @@ class _Reverse:
                 return None, []
             if isinstance(prog, Var):  # the identity: the cotangent itself
                 return "identity", wrt
-            return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
+            return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn, internal), wrt
 
         if isinstance(lp.post, LoopPart):  # the next loops (loops.chain): their own reverse sweeps, run first
             pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
@@ -130,6 +154,7 @@ class _Reverse:
         bxs = [row for row, f, _ in sp.rows if f in xs] + xs
         self.body_vjp = vjp_part(sp.body, [sp.state] + bxs + self.hoisted, self.dstate) if lp.body is not None else (None, [])
         self.inv_vjp = [(v, fresh("d" + v.name)) for v, _ in hs]
+        internal |= {c for _, c in self.inv_vjp}
         self.inv_vjp = [(v, c, vjp_part(e, xs, c)) for (v, c), (_, e) in zip(self.inv_vjp, hs)]
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
         # the per-thread workspaces (``_buffers``); made here, not on first use,
@@ -257,6 +282,7 @@ class _Reverse:
         """(value, cotangents of xs) for the output cotangent ``cot``."""
         lp, sp = self.lp, self.lp.sp
         sizes = lp.sizes(inputs)
+        _check_given({self.cot: cot}, {self.cot: type_of(lp.expr)}, sizes)
         T = lp.steps(sizes)
         values = dict(inputs)
         acc = {x.name: None for x in self.xs + self.hoisted}
@@ -335,10 +361,10 @@ def derivative(prog, wrt):
     return out
 
 
-def _program(expr, stage, mode, threads=None):
+def _program(expr, stage, mode, threads=None, internal=()):
     from .driver import compile as tl_compile  # each part through the route "compile"
 
-    return LoopProgram(expr, stage, mode, tl_compile, threads)
+    return LoopProgram(expr, stage, mode, tl_compile, threads, internal)
 
 
 # Checkpoint buffers up to this size stay allocated between calls (heat,
@@ -498,20 +524,26 @@ def _cot_name(expr) -> str:
 # Forward mode
 
 
-def jvp(expr, wrt, *, mode: str = "sparse"):
-    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``: the loop carries (state, tangent)."""
-    f = _jvp(expr, wrt, mode=mode)
+def jvp(expr, wrt, *, mode: str = "sparse", _internal=()):
+    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``: the loop carries (state, tangent).
+    ``_internal``: inputs that are an earlier loop's values (loops.chain), never refused for NaN/inf."""
+    f = _jvp(expr, wrt, mode=mode, internal=_internal)
     xs, _ = _wrt(wrt)
-    return _zero_size_guard(f, lambda: _jvp(expr, wrt, mode=mode), _lp_sizes(f.loop_program, {"d" + x.name for x in xs}))
+    return _zero_size_guard(f, lambda: _jvp(expr, wrt, mode=mode, internal=_internal),
+                            _lp_sizes(f.loop_program, {"d" + x.name for x in xs}))
 
 
-def _jvp(expr, wrt, *, mode: str = "sparse"):
+def _jvp(expr, wrt, *, mode: str = "sparse", internal=()):
     xs, _ = _wrt(wrt)
-    lp = _program(expr, "jvp", mode)
+    lp = _program(expr, "jvp", mode, internal=internal)
     sp = lp.sp
     tnames = {x.name: "d" + x.name for x in xs}
     dstate = "d" + sp.state.name
     dfinal = "d" + sp.final.name
+
+    # the values the loop computes and their tangents (loop_kernel.Part's ``internal``)
+    internal = lp.internal | {"d" + nm for nm in lp.internal}
+    ttypes = {"d" + x.name: x.type for x in xs}
 
     def dpart(prog, wrt_):
         wrt_ = [w for w in wrt_ if w in set(input_vars(prog)) or w is prog]
@@ -519,7 +551,7 @@ def _jvp(expr, wrt, *, mode: str = "sparse"):
             return None
         if isinstance(prog, Var):
             return "identity"
-        return _Part(derivative(prog, wrt_), mode, lp.compile_fn)
+        return _Part(derivative(prog, wrt_), mode, lp.compile_fn, internal)
 
     dpre = dpart(sp.pre, xs)
     hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
@@ -528,7 +560,7 @@ def _jvp(expr, wrt, *, mode: str = "sparse"):
     dbody = dpart(sp.body, [sp.state] + rows + xs + [v for v, _ in hs]) if lp.body is not None else None
     if isinstance(lp.post, LoopPart):  # the next loops (loops.chain): their own forward loops with tangents
         pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
-        dpost = jvp(sp.post, pxs, mode=mode)
+        dpost = jvp(sp.post, pxs, mode=mode, _internal=lp.internal)
     else:
         dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
@@ -548,6 +580,7 @@ def _jvp(expr, wrt, *, mode: str = "sparse"):
             raise InputError(f"missing input(s) {missing} (the tangents)")
         prim = {k: v for k, v in inputs.items() if k not in set(tnames.values())}
         sizes = lp.sizes(prim)
+        _check_given(inputs, ttypes, sizes, internal)
         values = dict(inputs)
         s = lp.pre(values, sizes)
         ds = run(dpre, sp.pre, values, sizes, sp.state.type)

@@ -1,0 +1,94 @@
+"""What a loop program's callables check (issue #17; the first standard: a
+right answer or a TensorLangError naming the input).
+
+* The tangents of ``jvp`` and the cotangent of ``vjp`` are the caller's
+  inputs: a wrong rank or length, or a NaN, is refused naming them.  They
+  were passed on unchecked: refused under the loop's own names
+  (``loop_dstate``, ``dloop_row_f``) in the per-step path, and in the
+  Numba sweeps (T >= ``DRIVER_MIN_STEPS``) not at all: a cotangent one
+  short was read past its end and a gradient of its length returned, a
+  NaN cotangent gave NaN gradients.
+* The loop's own values (its state, the final state, their tangents and
+  cotangents) are not inputs: an overflow to infinity follows IEEE, as in
+  the unrolled program, instead of an InputError about ``loop_state``.
+
+References: NumPy by hand (``u_T = u0 · a^T``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.backend.loop_kernel import DRIVER_MIN_STEPS
+
+n, T = tl.size("n"), tl.size("T")
+u0, a, f = tl.tensor("u0", n), tl.scalar("a"), tl.tensor("f", T, n)
+STEPS = [3, DRIVER_MIN_STEPS + 1]  # per-step calls, then the Numba sweeps
+
+
+@pytest.fixture(autouse=True)
+def compiled(monkeypatch):
+    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+
+
+def _stencil(chain=False):
+    def body(t, u):
+        return tl.gen(n, lambda i: u[i] * a + f[t, i] + 0.1 * tl.iverson(i >= 1, u[i - 1]))
+
+    L = tl.loop(T, u0, body, checkpoint=2)
+    return tl.loop(T, L, body) if chain else L
+
+
+@pytest.mark.parametrize("steps", STEPS)
+def test_cotangent_and_tangents_are_checked_by_name(steps):
+    L = _stencil()
+    vj, jv = tl.vjp(L, wrt=[u0, a, f]), tl.jvp(tl.sum(n, lambda i: L[i] * L[i]), wrt=[u0, a, f])
+    base = dict(u0=np.ones(70), a=0.5, f=np.ones((steps, 70)))
+    tang = dict(du0=np.ones(70), da=1.0, df=np.ones((steps, 70)))
+    for dy, what in [(np.ones(69), "has length 69"), (np.ones(100), "has length 100"), (1.0, "must have 1 dimension"),
+                     (np.r_[np.ones(69), np.nan], "contains NaN")]:
+        with pytest.raises(tl.InputError, match=f"input dy.*{what}"):
+            vj(**base, dy=dy)
+    for name, bad, what in [("du0", np.ones(69), "has length 69"), ("du0", np.r_[np.nan, np.ones(69)], "contains NaN"),
+                            ("df", np.ones((steps + 5, 70)), f"has length {steps + 5}"), ("df", np.ones((1, 70)), "has length 1"),
+                            ("df", np.full((steps, 70), np.inf), "contains NaN"), ("da", np.ones(2), "must have 0 dimension")]:
+        with pytest.raises(tl.InputError, match=f"input {name}.*{what}"):
+            jv(**base, **{**tang, name: bad})
+    # the right ones still run: the dot-product test <J v, w> = <v, J^T w>
+    rng = np.random.default_rng(steps)
+    v = dict(du0=rng.normal(size=70), da=0.3, df=rng.normal(size=(steps, 70)))
+    w = rng.normal(size=70)
+    jvl = tl.jvp(L, wrt=[u0, a, f])
+    _, Jv = jvl(**base, **v)
+    g = vj(**base, dy=w)
+    assert np.isclose(Jv @ w, g[0] @ v["du0"] + g[1] * v["da"] + np.sum(g[2] * v["df"]), rtol=1e-10)
+
+
+@pytest.mark.parametrize("chain", [False, True])
+@pytest.mark.parametrize("steps", STEPS)
+def test_an_overflowing_state_follows_ieee_like_the_unrolled_program(steps, chain):
+    L = tl.loop(T, u0, lambda t, u: tl.gen(n, lambda i: u[i] * a))
+    if chain:  # the second loop reads the first one's (infinite) final state
+        L = tl.loop(T, L, lambda t, u: tl.gen(n, lambda i: u[i] * a))
+    loss = tl.sum(n, lambda i: L[i] * L[i])
+    d = dict(u0=np.full(70, 1e200), a=1e100, T=steps)
+    inf = np.full(70, np.inf)
+    # u_T = u0 · a^T overflows at the second step; every product below is of positive infinities
+    assert tl.compile(loss)(**d) == np.inf
+    np.testing.assert_array_equal(tl.compile(L)(**d), inf)
+    gu, ga = tl.grad(loss, wrt=[u0, a])(**d)
+    np.testing.assert_array_equal(gu, inf)
+    assert ga == np.inf
+    v, (gu2, ga2) = tl.value_and_grad(loss, wrt=[u0, a])(**d)
+    assert v == np.inf and ga2 == np.inf
+    np.testing.assert_array_equal(gu2, inf)
+    with np.errstate(over="ignore"):
+        aT = np.power(1e100, steps * (2 if chain else 1))  # d u_T / d u0 = a^T: 1e300 at T = 3
+    np.testing.assert_allclose(tl.vjp(L, wrt=u0)(**d, dy=np.ones(70)), np.full(70, aT), rtol=1e-13)
+    val, tan = tl.jvp(loss, wrt=[a])(**d, da=1.0)
+    assert val == np.inf and tan == np.inf
+    # a NaN the caller gives is still refused by name
+    with pytest.raises(tl.InputError, match="input u0 contains NaN"):
+        tl.grad(loss, wrt=[u0, a])(**{**d, "u0": np.r_[np.nan, np.ones(69)]})
