@@ -109,6 +109,33 @@ def _check_given(given: dict, types: dict, sizes: dict, internal=frozenset()) ->
     prepare_inputs(prog, kw, exact=False, finite_elsewhere=internal)
 
 
+def _in_precision(out, expr, inputs: dict, given=None):
+    """``out`` in float32 when the call's inputs (with the tangents or the
+    cotangent ``given``: name -> type) are float32 (``results.precision``,
+    the rule of every compiled call): the sweeps accumulate some cotangents
+    and tangents (a forcing input's rows, a tangent starting at zero) in
+    float64, which came back as float64 beside float32 ones."""
+    from .backend.results import precision
+    from .ir import Pair
+
+    prog = expr
+    for nm, t in (given or {}).items():
+        prog = Pair(prog, Var(nm, 0, t))
+    if precision(prog, inputs) != "float32":
+        return out
+    return _float32(out)
+
+
+def _float32(v):
+    if isinstance(v, tuple):
+        return tuple(_float32(x) for x in v)
+    if isinstance(v, np.ndarray) and v.dtype == np.float64:
+        return v.astype(np.float32)
+    if isinstance(v, (float, np.float64)):
+        return np.float32(v)
+    return v
+
+
 # --------------------------------------------------------------------------
 # Reverse mode
 
@@ -462,7 +489,7 @@ def _grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
 
     def g(**inputs):
         _, gs = rev(inputs, 1.0, checkpoint)
-        return gs[0] if single else tuple(gs)
+        return _in_precision(gs[0] if single else tuple(gs), loss, inputs)
 
     g.loop_program = rev
     return g
@@ -482,7 +509,7 @@ def _value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads
 
     def vg(**inputs):
         v, gs = rev(inputs, 1.0, checkpoint)
-        return v, (gs[0] if single else tuple(gs))
+        return _in_precision((v, (gs[0] if single else tuple(gs))), loss, inputs)
 
     vg.loop_program = rev
     return vg
@@ -506,7 +533,7 @@ def _vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=N
         kw = dict(inputs)
         cot = kw.pop(cotangent)
         _, gs = rev(kw, cot, checkpoint)
-        return gs[0] if single else tuple(gs)
+        return _in_precision(gs[0] if single else tuple(gs), expr, inputs, {cotangent: type_of(expr)})
 
     f.loop_program = rev
     return f
@@ -601,8 +628,9 @@ def _jvp(expr, wrt, *, mode: str = "sparse", internal=()):
         if isinstance(lp.post, LoopPart):
             kw = lp.post.kwargs(values, sizes)
             kw.update({"d" + x.name: values["d" + x.name] for x in pxs})
-            return dpost(**kw)
-        return lp.post(values, sizes), run(dpost, sp.post, values, sizes, type_of(expr))
+            return _in_precision(dpost(**kw), expr, inputs, ttypes)
+        return _in_precision((lp.post(values, sizes), run(dpost, sp.post, values, sizes, type_of(expr))), expr, inputs,
+                             ttypes)
 
     f.loop_program = lp
     return f
