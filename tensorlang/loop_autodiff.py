@@ -484,7 +484,7 @@ def _grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
         raise TensorLangError(
             f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
         )
-    xs, single = _wrt(wrt)
+    xs, single = _wrt(wrt, loss)
     rev = _Reverse(_program(loss, "grad", mode, threads), xs, _cot_name(loss))
 
     def g(**inputs):
@@ -522,7 +522,7 @@ def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=No
 
 
 def _vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None, threads=None):
-    xs, single = _wrt(wrt)
+    xs, single = _wrt(wrt, expr)
     if cotangent in {v.name for v in input_vars(expr)}:
         raise TensorLangError(f"the cotangent name {cotangent!r} is already an input of the program; pass cotangent=...")
     rev = _Reverse(_program(expr, "vjp", mode, threads), xs, cotangent)
@@ -555,13 +555,13 @@ def jvp(expr, wrt, *, mode: str = "sparse", _internal=()):
     """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``: the loop carries (state, tangent).
     ``_internal``: inputs that are an earlier loop's values (loops.chain), never refused for NaN/inf."""
     f = _jvp(expr, wrt, mode=mode, internal=_internal)
-    xs, _ = _wrt(wrt)
+    xs, _ = _wrt(wrt, expr)
     return _zero_size_guard(f, lambda: _jvp(expr, wrt, mode=mode, internal=_internal),
                             _lp_sizes(f.loop_program, {"d" + x.name for x in xs}))
 
 
 def _jvp(expr, wrt, *, mode: str = "sparse", internal=()):
-    xs, _ = _wrt(wrt)
+    xs, _ = _wrt(wrt, expr)
     lp = _program(expr, "jvp", mode, internal=internal)
     sp = lp.sp
     tnames = {x.name: "d" + x.name for x in xs}
