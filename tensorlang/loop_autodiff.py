@@ -105,7 +105,7 @@ def _check_given(given: dict, types: dict, sizes: dict, internal=frozenset()) ->
     if prog is None:
         return
     kw = {nm: given[nm] for nm in types}
-    kw.update({s.name: sizes[s.name] for s in size_vars(prog)})
+    kw.update({s.name: sizes[s.name] for s in size_vars(prog) if s.name in sizes})  # others: from the values
     prepare_inputs(prog, kw, exact=False, finite_elsewhere=internal)
 
 

@@ -113,3 +113,18 @@ def test_float32_inputs_give_float32_derivatives(steps):
         assert [np.asarray(x).dtype for x in leaves32] == [np.float32] * len(leaves32)
         for x, y in zip(leaves32, leaves64):
             np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("steps", STEPS)
+def test_a_tangent_of_an_unused_input_with_its_own_size(steps):
+    """A wrt input the program does not read may have a size the program does
+    not have: its tangent's size comes from the tangent (the check above looked
+    the size up in the program's sizes: a KeyError).  Against u_T = u0 · a^T."""
+    m = tl.size("m")
+    q = tl.tensor("q", m)
+    L = tl.loop(T, u0, lambda t, u: tl.gen(n, lambda i: u[i] * a))
+    loss = tl.sum(n, lambda i: L[i])
+    val, tan = tl.jvp(loss, wrt=[a, q])(u0=np.ones(5), a=0.5, T=steps, da=1.0, dq=np.ones(4))
+    assert np.isclose(val, 5 * 0.5**steps) and np.isclose(tan, 5 * steps * 0.5 ** (steps - 1))
+    with pytest.raises(tl.InputError, match="input dq must have 1 dimension"):
+        tl.jvp(loss, wrt=[a, q])(u0=np.ones(5), a=0.5, T=steps, da=1.0, dq=1.0)
