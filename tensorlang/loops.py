@@ -191,8 +191,11 @@ class Split:
 
 
 def _fresh_name(taken: set, base: str) -> str:
+    """``base``, or ``_base``, ``__base``, ...: not taken, and neither is its
+    tangent's name ``d<name>`` (jvp names the tangent of the state, of a row
+    and of a hoisted term so: a user input ``dloop_state`` refused jvp)."""
     name = base
-    while name in taken:
+    while name in taken or "d" + name in taken:
         name = "_" + name
     return name
 
