@@ -87,26 +87,42 @@ def _unpack(val, n: int) -> list:
     return out
 
 
-def _check_given(given: dict, types: dict, sizes: dict, internal=frozenset()) -> None:
+def _check_given(given: dict, types: dict, sizes: dict, internal=frozenset(), memo=None) -> None:
     """Validate the tangents or the cotangent a caller gives (``given``: name
     -> value, ``types``: name -> type) at the primal's ``sizes``: rank,
     lengths, a real dtype and (except the ``internal`` ones, an earlier
     loop's values) finite values, refused by name.  Without it they reached
     the parts' kernels under the loop's own names (``loop_dstate``), or,
     in the Numba sweeps, none at all (a short cotangent was read past its
-    end)."""
+    end).  ``memo``: the callable's validated signatures (with the sizes),
+    for which only the values' finiteness is checked again."""
+    from .backend.dispatch import check_finite, finite_checks, remember, signature
     from .evaluator import prepare_inputs
     from .ir import Pair, size_vars
 
+    kw = {nm: given[nm] for nm in types}
+    sig = signature(kw) if memo is not None else None
+    key = None if sig is None else (sig, tuple(sizes.items()))
+    checks = memo.get(key) if key is not None else None
+    if checks is not None:  # this signature was validated: only the values' finiteness is left
+        check_finite(kw, checks)
+        return
     prog = None
     for nm, t in types.items():
         v = Var(nm, 0, t)
         prog = v if prog is None else Pair(prog, v)
     if prog is None:
         return
-    kw = {nm: given[nm] for nm in types}
     kw.update({s.name: sizes[s.name] for s in size_vars(prog) if s.name in sizes})  # others: from the values
     prepare_inputs(prog, kw, exact=False, finite_elsewhere=internal)
+    if key is not None:
+        remember(memo, key, tuple(c for c in finite_checks(prog, kw) if c[0] not in internal))
+
+
+def _has_float32(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return any(_has_float32(x) for x in v)
+    return getattr(v, "dtype", None) == np.float32
 
 
 def _in_precision(out, expr, inputs: dict, given=None):
@@ -118,6 +134,8 @@ def _in_precision(out, expr, inputs: dict, given=None):
     from .backend.results import precision
     from .ir import Pair
 
+    if not any(_has_float32(v) for v in inputs.values()):  # the common case, decided without a walk
+        return out
     prog = expr
     for nm, t in (given or {}).items():
         prog = Pair(prog, Var(nm, 0, t))
@@ -155,6 +173,7 @@ class _Reverse:
             return base
 
         self.cot = cot_name
+        self._cot_type, self._given = {cot_name: type_of(lp.expr)}, {}  # the cotangent's check (``_check_given``)
         self.dstate = fresh("loop_dstate")
         # the values the sweeps compute (loop_kernel.Part's ``internal``): never refused for NaN/inf
         internal = set(lp.internal) | {self.dstate}
@@ -309,7 +328,7 @@ class _Reverse:
         """(value, cotangents of xs) for the output cotangent ``cot``."""
         lp, sp = self.lp, self.lp.sp
         sizes = lp.sizes(inputs)
-        _check_given({self.cot: cot}, {self.cot: type_of(lp.expr)}, sizes)
+        _check_given({self.cot: cot}, self._cot_type, sizes, memo=self._given)
         T = lp.steps(sizes)
         values = dict(inputs)
         acc = {x.name: None for x in self.xs + self.hoisted}
@@ -571,6 +590,7 @@ def _jvp(expr, wrt, *, mode: str = "sparse", internal=()):
     # the values the loop computes and their tangents (loop_kernel.Part's ``internal``)
     internal = lp.internal | {"d" + nm for nm in lp.internal}
     ttypes = {"d" + x.name: x.type for x in xs}
+    given_memo: dict = {}  # the tangents' validated signatures (``_check_given``)
 
     def dpart(prog, wrt_):
         wrt_ = [w for w in wrt_ if w in set(input_vars(prog)) or w is prog]
@@ -607,7 +627,7 @@ def _jvp(expr, wrt, *, mode: str = "sparse", internal=()):
             raise InputError(f"missing input(s) {missing} (the tangents)")
         prim = {k: v for k, v in inputs.items() if k not in set(tnames.values())}
         sizes = lp.sizes(prim)
-        _check_given(inputs, ttypes, sizes, internal)
+        _check_given(inputs, ttypes, sizes, internal, given_memo)
         values = dict(inputs)
         s = lp.pre(values, sizes)
         ds = run(dpre, sp.pre, values, sizes, sp.state.type)

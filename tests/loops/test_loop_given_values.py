@@ -47,6 +47,8 @@ def test_cotangent_and_tangents_are_checked_by_name(steps):
     vj, jv = tl.vjp(L, wrt=[u0, a, f]), tl.jvp(tl.sum(n, lambda i: L[i] * L[i]), wrt=[u0, a, f])
     base = dict(u0=np.ones(70), a=0.5, f=np.ones((steps, 70)))
     tang = dict(du0=np.ones(70), da=1.0, df=np.ones((steps, 70)))
+    vj(**base, dy=np.ones(70))  # validated signatures: a NaN of the same shapes is refused after them too
+    jv(**base, **tang)
     for dy, what in [(np.ones(69), "has length 69"), (np.ones(100), "has length 100"), (1.0, "must have 1 dimension"),
                      (np.r_[np.ones(69), np.nan], "contains NaN")]:
         with pytest.raises(tl.InputError, match=f"input dy.*{what}"):
