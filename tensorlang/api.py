@@ -229,7 +229,7 @@ def pair(a, b) -> Expr:
 
 
 def proj(e, k: int) -> Expr:
-    if k not in (0, 1):
+    if not isinstance(k, numbers.Real) or k not in (0, 1):  # (an array's ``in`` raised ValueError)
         raise TensorLangError(f"projection index must be 0 or 1, got {k!r}")
     out = Proj(k, _lift(e))
     type_of(out)

@@ -102,7 +102,7 @@ def derivative(expr: Expr, wrt, *, simplify: bool = True) -> Expr:
     _no_loop(expr, "tl.derivative")
     check_program(expr)
     bounds.check_program(expr)
-    xs, _ = _wrt_list(wrt)
+    xs, _ = _wrt_list(wrt, expr)
     sigma = tangent_inputs(expr, xs)
     out = _route("derivative" if simplify else "derivative raw").run(expr, derivative={"sigma": sigma})
     with _timed("bounds"):
@@ -138,7 +138,7 @@ def adjoint(expr: Expr, wrt, *, cotangent: str = "dy", mode: str = "sparse", sim
     _no_loop(expr, "tl.adjoint")
     check_program(expr)
     bounds.check_program(expr)
-    xs, _ = _wrt_list(wrt)
+    xs, _ = _wrt_list(wrt, expr)
     seed = _seed(expr, cotangent)
     dt = "naive_adjoint" if mode == "naive" else "adjoint"
     out = _adjoint_route("adjoint", mode, simplify).run(expr, **{dt: {"wrt": xs, "seed": seed}})
@@ -261,7 +261,7 @@ def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads
         return loop_autodiff.grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads, checkpoint=ck)
     check_program(loss)
     bounds.check_program(loss)
-    xs, single = _wrt_list(wrt)
+    xs, single = _wrt_list(wrt, loss)
     derived, entry = _grad_program(loss, xs, adj)
     prog = _Program(loss, derived, lp, threads=threads, entry=entry)
     prog.packed_ok = True
@@ -293,7 +293,7 @@ def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=Non
         return loop_autodiff.value_and_grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads, checkpoint=ck)
     check_program(loss)
     bounds.check_program(loss)
-    xs, single = _wrt_list(wrt)
+    xs, single = _wrt_list(wrt, loss)
     derived, entry = _grad_program(loss, xs, adj, value=True)
     prog = _Program(loss, derived, lp, threads=threads, entry=entry)
     prog.packed_ok = True
@@ -332,7 +332,7 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
                                  checkpoint=ck)
     check_program(expr)
     bounds.check_program(expr)
-    xs, single = _wrt_list(wrt)
+    xs, single = _wrt_list(wrt, expr)
     seed = _seed(expr, cotangent)
 
     def build():
@@ -397,7 +397,7 @@ def _jvp_build(expr: Expr, wrt, *, mode=None, loops=None, threads=None, **rest):
         return loop_autodiff.jvp(expr, wrt, mode=_loop_mode(adj, lp))
     check_program(expr)
     bounds.check_program(expr)
-    xs, _ = _wrt_list(wrt)
+    xs, _ = _wrt_list(wrt, expr)
     from .sparse import tangent_of
 
     dense_t = tangent_inputs(expr, xs)

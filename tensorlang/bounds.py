@@ -456,7 +456,7 @@ def _reachable(binders, guard: Pred, ix: Aff, ext: Aff, sizes: dict) -> bool:
     s = isl.Set(text)
     for k in range(s.dim(isl.dim_type.param)):
         name = s.get_dim_name(isl.dim_type.param, k)
-        s = s.fix_val(isl.dim_type.param, k, int(sizes[name[len("p_"):]]))
+        s = s.fix_val(isl.dim_type.param, k, int(sizes[isl_bridge.param_size(name)]))
     return not s.is_empty()
 
 

@@ -26,7 +26,20 @@ from .ir import Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar
 
 
 def param_name(s: SizeVar) -> str:
-    return f"p_{s.name}"
+    """The isl parameter for size ``s``: isl reads only ASCII identifiers, so
+    a non-ASCII name (``ñ``, a valid Python identifier) is spelled by its
+    UTF-8 bytes in hex, under a prefix no ASCII name gets (``param_size``
+    inverts it)."""
+    if s.name.isascii():
+        return f"p_{s.name}"
+    return "pu_" + s.name.encode("utf-8").hex()
+
+
+def param_size(pname: str) -> str:
+    """The size name whose ``param_name`` is ``pname``."""
+    if pname.startswith("pu_"):
+        return bytes.fromhex(pname[3:]).decode("utf-8")
+    return pname[2:]
 
 
 class Names:

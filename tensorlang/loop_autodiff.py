@@ -87,6 +87,73 @@ def _unpack(val, n: int) -> list:
     return out
 
 
+def _check_given(given: dict, types: dict, sizes: dict, internal=frozenset(), memo=None) -> None:
+    """Validate the tangents or the cotangent a caller gives (``given``: name
+    -> value, ``types``: name -> type) at the primal's ``sizes``: rank,
+    lengths, a real dtype and (except the ``internal`` ones, an earlier
+    loop's values) finite values, refused by name.  Without it they reached
+    the parts' kernels under the loop's own names (``loop_dstate``), or,
+    in the Numba sweeps, none at all (a short cotangent was read past its
+    end).  ``memo``: the callable's validated signatures (with the sizes),
+    for which only the values' finiteness is checked again."""
+    from .backend.dispatch import check_finite, finite_checks, remember, signature
+    from .evaluator import prepare_inputs
+    from .ir import Pair, size_vars
+
+    kw = {nm: given[nm] for nm in types}
+    sig = signature(kw) if memo is not None else None
+    key = None if sig is None else (sig, tuple(sizes.items()))
+    checks = memo.get(key) if key is not None else None
+    if checks is not None:  # this signature was validated: only the values' finiteness is left
+        check_finite(kw, checks)
+        return
+    prog = None
+    for nm, t in types.items():
+        v = Var(nm, 0, t)
+        prog = v if prog is None else Pair(prog, v)
+    if prog is None:
+        return
+    kw.update({s.name: sizes[s.name] for s in size_vars(prog) if s.name in sizes})  # others: from the values
+    prepare_inputs(prog, kw, exact=False, finite_elsewhere=internal)
+    if key is not None:
+        remember(memo, key, tuple(c for c in finite_checks(prog, kw) if c[0] not in internal))
+
+
+def _has_float32(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return any(_has_float32(x) for x in v)
+    return getattr(v, "dtype", None) == np.float32
+
+
+def _in_precision(out, expr, inputs: dict, given=None):
+    """``out`` in float32 when the call's inputs (with the tangents or the
+    cotangent ``given``: name -> type) are float32 (``results.precision``,
+    the rule of every compiled call): the sweeps accumulate some cotangents
+    and tangents (a forcing input's rows, a tangent starting at zero) in
+    float64, which came back as float64 beside float32 ones."""
+    from .backend.results import precision
+    from .ir import Pair
+
+    if not any(_has_float32(v) for v in inputs.values()):  # the common case, decided without a walk
+        return out
+    prog = expr
+    for nm, t in (given or {}).items():
+        prog = Pair(prog, Var(nm, 0, t))
+    if precision(prog, inputs) != "float32":
+        return out
+    return _float32(out)
+
+
+def _float32(v):
+    if isinstance(v, tuple):
+        return tuple(_float32(x) for x in v)
+    if isinstance(v, np.ndarray) and v.dtype == np.float64:
+        return v.astype(np.float32)
+    if isinstance(v, (float, np.float64)):
+        return np.float32(v)
+    return v
+
+
 # --------------------------------------------------------------------------
 # Reverse mode
 
@@ -106,7 +173,10 @@ class _Reverse:
             return base
 
         self.cot = cot_name
+        self._cot_type, self._given = {cot_name: type_of(lp.expr)}, {}  # the cotangent's check (``_check_given``)
         self.dstate = fresh("loop_dstate")
+        # the values the sweeps compute (loop_kernel.Part's ``internal``): never refused for NaN/inf
+        internal = set(lp.internal) | {self.dstate}
 
         def vjp_part(prog, wrt, cot):
             wrt = [w for w in wrt if w in set(input_vars(prog)) or w is prog]
@@ -114,7 +184,7 @@ class _Reverse:
                 return None, []
             if isinstance(prog, Var):  # the identity: the cotangent itself
                 return "identity", wrt
-            return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn), wrt
+            return _Part(adjoint(prog, wrt, cotangent=cot, mode=lp.mode), lp.mode, lp.compile_fn, internal), wrt
 
         if isinstance(lp.post, LoopPart):  # the next loops (loops.chain): their own reverse sweeps, run first
             pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
@@ -130,6 +200,7 @@ class _Reverse:
         bxs = [row for row, f, _ in sp.rows if f in xs] + xs
         self.body_vjp = vjp_part(sp.body, [sp.state] + bxs + self.hoisted, self.dstate) if lp.body is not None else (None, [])
         self.inv_vjp = [(v, fresh("d" + v.name)) for v, _ in hs]
+        internal |= {c for _, c in self.inv_vjp}
         self.inv_vjp = [(v, c, vjp_part(e, xs, c)) for (v, c), (_, e) in zip(self.inv_vjp, hs)]
         self.pre_vjp = vjp_part(sp.pre, xs, self.dstate)
         # the per-thread workspaces (``_buffers``); made here, not on first use,
@@ -257,6 +328,7 @@ class _Reverse:
         """(value, cotangents of xs) for the output cotangent ``cot``."""
         lp, sp = self.lp, self.lp.sp
         sizes = lp.sizes(inputs)
+        _check_given({self.cot: cot}, self._cot_type, sizes, memo=self._given)
         T = lp.steps(sizes)
         values = dict(inputs)
         acc = {x.name: None for x in self.xs + self.hoisted}
@@ -335,10 +407,10 @@ def derivative(prog, wrt):
     return out
 
 
-def _program(expr, stage, mode, threads=None):
+def _program(expr, stage, mode, threads=None, internal=()):
     from .driver import compile as tl_compile  # each part through the route "compile"
 
-    return LoopProgram(expr, stage, mode, tl_compile, threads)
+    return LoopProgram(expr, stage, mode, tl_compile, threads, internal)
 
 
 # Checkpoint buffers up to this size stay allocated between calls (heat,
@@ -431,12 +503,12 @@ def _grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
         raise TensorLangError(
             f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
         )
-    xs, single = _wrt(wrt)
+    xs, single = _wrt(wrt, loss)
     rev = _Reverse(_program(loss, "grad", mode, threads), xs, _cot_name(loss))
 
     def g(**inputs):
         _, gs = rev(inputs, 1.0, checkpoint)
-        return gs[0] if single else tuple(gs)
+        return _in_precision(gs[0] if single else tuple(gs), loss, inputs)
 
     g.loop_program = rev
     return g
@@ -456,7 +528,7 @@ def _value_and_grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads
 
     def vg(**inputs):
         v, gs = rev(inputs, 1.0, checkpoint)
-        return v, (gs[0] if single else tuple(gs))
+        return _in_precision((v, (gs[0] if single else tuple(gs))), loss, inputs)
 
     vg.loop_program = rev
     return vg
@@ -469,7 +541,7 @@ def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=No
 
 
 def _vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None, threads=None):
-    xs, single = _wrt(wrt)
+    xs, single = _wrt(wrt, expr)
     if cotangent in {v.name for v in input_vars(expr)}:
         raise TensorLangError(f"the cotangent name {cotangent!r} is already an input of the program; pass cotangent=...")
     rev = _Reverse(_program(expr, "vjp", mode, threads), xs, cotangent)
@@ -480,7 +552,7 @@ def _vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=N
         kw = dict(inputs)
         cot = kw.pop(cotangent)
         _, gs = rev(kw, cot, checkpoint)
-        return gs[0] if single else tuple(gs)
+        return _in_precision(gs[0] if single else tuple(gs), expr, inputs, {cotangent: type_of(expr)})
 
     f.loop_program = rev
     return f
@@ -498,20 +570,27 @@ def _cot_name(expr) -> str:
 # Forward mode
 
 
-def jvp(expr, wrt, *, mode: str = "sparse"):
-    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``: the loop carries (state, tangent)."""
-    f = _jvp(expr, wrt, mode=mode)
-    xs, _ = _wrt(wrt)
-    return _zero_size_guard(f, lambda: _jvp(expr, wrt, mode=mode), _lp_sizes(f.loop_program, {"d" + x.name for x in xs}))
+def jvp(expr, wrt, *, mode: str = "sparse", _internal=()):
+    """``jvp(expr, wrt)(**inputs, dx=...) -> (value, tangent)``: the loop carries (state, tangent).
+    ``_internal``: inputs that are an earlier loop's values (loops.chain), never refused for NaN/inf."""
+    f = _jvp(expr, wrt, mode=mode, internal=_internal)
+    xs, _ = _wrt(wrt, expr)
+    return _zero_size_guard(f, lambda: _jvp(expr, wrt, mode=mode, internal=_internal),
+                            _lp_sizes(f.loop_program, {"d" + x.name for x in xs}))
 
 
-def _jvp(expr, wrt, *, mode: str = "sparse"):
-    xs, _ = _wrt(wrt)
-    lp = _program(expr, "jvp", mode)
+def _jvp(expr, wrt, *, mode: str = "sparse", internal=()):
+    xs, _ = _wrt(wrt, expr)
+    lp = _program(expr, "jvp", mode, internal=internal)
     sp = lp.sp
     tnames = {x.name: "d" + x.name for x in xs}
     dstate = "d" + sp.state.name
     dfinal = "d" + sp.final.name
+
+    # the values the loop computes and their tangents (loop_kernel.Part's ``internal``)
+    internal = lp.internal | {"d" + nm for nm in lp.internal}
+    ttypes = {"d" + x.name: x.type for x in xs}
+    given_memo: dict = {}  # the tangents' validated signatures (``_check_given``)
 
     def dpart(prog, wrt_):
         wrt_ = [w for w in wrt_ if w in set(input_vars(prog)) or w is prog]
@@ -519,7 +598,7 @@ def _jvp(expr, wrt, *, mode: str = "sparse"):
             return None
         if isinstance(prog, Var):
             return "identity"
-        return _Part(derivative(prog, wrt_), mode, lp.compile_fn)
+        return _Part(derivative(prog, wrt_), mode, lp.compile_fn, internal)
 
     dpre = dpart(sp.pre, xs)
     hs = [(v, e) for v, e in sp.hoisted if set(input_vars(e)) & set(xs)] if lp.body is not None else []
@@ -528,7 +607,7 @@ def _jvp(expr, wrt, *, mode: str = "sparse"):
     dbody = dpart(sp.body, [sp.state] + rows + xs + [v for v, _ in hs]) if lp.body is not None else None
     if isinstance(lp.post, LoopPart):  # the next loops (loops.chain): their own forward loops with tangents
         pxs = [sp.final] + [x for x in xs if x in set(input_vars(sp.post))]
-        dpost = jvp(sp.post, pxs, mode=mode)
+        dpost = jvp(sp.post, pxs, mode=mode, _internal=lp.internal)
     else:
         dpost = dpart(sp.post, [sp.final] + xs)
     for n in tnames.values():
@@ -548,6 +627,7 @@ def _jvp(expr, wrt, *, mode: str = "sparse"):
             raise InputError(f"missing input(s) {missing} (the tangents)")
         prim = {k: v for k, v in inputs.items() if k not in set(tnames.values())}
         sizes = lp.sizes(prim)
+        _check_given(inputs, ttypes, sizes, internal, given_memo)
         values = dict(inputs)
         s = lp.pre(values, sizes)
         ds = run(dpre, sp.pre, values, sizes, sp.state.type)
@@ -568,8 +648,9 @@ def _jvp(expr, wrt, *, mode: str = "sparse"):
         if isinstance(lp.post, LoopPart):
             kw = lp.post.kwargs(values, sizes)
             kw.update({"d" + x.name: values["d" + x.name] for x in pxs})
-            return dpost(**kw)
-        return lp.post(values, sizes), run(dpost, sp.post, values, sizes, type_of(expr))
+            return _in_precision(dpost(**kw), expr, inputs, ttypes)
+        return _in_precision((lp.post(values, sizes), run(dpost, sp.post, values, sizes, type_of(expr))), expr, inputs,
+                             ttypes)
 
     f.loop_program = lp
     return f

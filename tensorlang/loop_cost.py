@@ -46,7 +46,7 @@ def adjoint_cost(loss, wrt, policy=None, **sizes) -> dict:
     counts) in execution order, and the totals add them up."""
     from .costmodel import cost
 
-    xs, _ = _wrt(wrt)
+    xs, _ = _wrt(wrt, loss)
     sp = split(loss, "adjoint cost")
     override = None if policy is None else normalize_checkpoint(policy)  # None: each loop its own
     policy = sp.checkpoint if override is None else override

@@ -72,7 +72,8 @@ POLICIES = ("all", "every k (an int >= 1)", "binomial", "('binomial', s)")
 
 def normalize_checkpoint(ck):
     """``"all"``, an int ``k >= 1``, or ``("binomial", s)`` (``s`` an int >= 1 or None: chosen per run)."""
-    if ck == "all" or ck is None:
+    # names compared only as strings: ``array == "all"`` is an array, whose truth raised ValueError
+    if ck is None or (isinstance(ck, str) and ck == "all"):
         return "all"
     if isinstance(ck, bool):
         raise TensorLangError(f"loop checkpoint must be one of {POLICIES}, got {ck!r}")
@@ -80,11 +81,12 @@ def normalize_checkpoint(ck):
         if ck < 1:
             raise TensorLangError(f"loop checkpoint every k steps needs k >= 1, got {ck}")
         return int(ck)
-    if ck == "binomial":
+    if isinstance(ck, str) and ck == "binomial":
         return ("binomial", None)
-    if isinstance(ck, tuple) and len(ck) == 2 and ck[0] == "binomial" and ck[1] is None:
+    binomial = isinstance(ck, tuple) and len(ck) == 2 and isinstance(ck[0], str) and ck[0] == "binomial"
+    if binomial and ck[1] is None:
         return ck
-    if isinstance(ck, tuple) and len(ck) == 2 and ck[0] == "binomial" and isinstance(ck[1], int) and not isinstance(ck[1], bool):
+    if binomial and isinstance(ck[1], int) and not isinstance(ck[1], bool):
         if ck[1] < 1:
             raise TensorLangError(f"binomial checkpointing needs a snapshot budget >= 1, got {ck[1]}")
         return ("binomial", int(ck[1]))
@@ -191,8 +193,11 @@ class Split:
 
 
 def _fresh_name(taken: set, base: str) -> str:
+    """``base``, or ``_base``, ``__base``, ...: not taken, and neither is its
+    tangent's name ``d<name>`` (jvp names the tangent of the state, of a row
+    and of a hoisted term so: a user input ``dloop_state`` refused jvp)."""
     name = base
-    while name in taken:
+    while name in taken or "d" + name in taken:
         name = "_" + name
     return name
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .errors import TensorLangError, TypeCheckError, describe
 from .ir.expressions import Access, Add, Call, Const, Expr, Gen, Iverson, Let, Loop, Mul, Pair, Proj, Sum, Var
 from .ir.indices import FALSE, TRUE, Pred
-from .ir.scope import free_indices
+from .ir.scope import free_indices, input_vars
 from .ir.types import PairT, REAL, RealT, TensorT
 from .ir.types_base import Type
 
@@ -172,9 +172,13 @@ def type_size(t: Type):
 
 
 
-def wrt_inputs(wrt) -> tuple:
+def wrt_inputs(wrt, program=None) -> tuple:
     """``(inputs, single)`` for a derivative's ``wrt``: one program input
-    (``tl.tensor`` / ``tl.scalar``) or a non-empty list of distinct ones."""
+    (``tl.tensor`` / ``tl.scalar``) or a non-empty list of distinct ones.
+    Inputs are called by name, so a ``wrt`` input may not share its name with
+    another ``wrt`` input or with a different input of ``program`` (``x`` of
+    another type: its derivative was zeros of that shape, and the derived-program
+    cache, keyed by names, could hand one's derivative to the other)."""
     single = not isinstance(wrt, (list, tuple))
     xs = [wrt] if single else list(wrt)
     if not xs:
@@ -185,4 +189,13 @@ def wrt_inputs(wrt) -> tuple:
             raise TensorLangError(f"wrt must list program inputs (tl.tensor / tl.scalar), got {shown}")
     if len({id(x) for x in xs}) != len(xs):
         raise TensorLangError("wrt lists an input twice")
+    if len({x.name for x in xs}) != len(xs):
+        raise TensorLangError("wrt lists two different inputs of one name: inputs are given by name")
+    if program is not None:
+        mine = {v.name: v for v in input_vars(program)}
+        for x in xs:
+            other = mine.get(x.name)
+            if other is not None and other is not x:
+                raise TensorLangError(f"wrt names the input {x.name} of type {x.type}, but the program's input "
+                                      f"{x.name} has type {other.type}")
     return xs, single

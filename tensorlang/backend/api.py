@@ -118,6 +118,9 @@ class Kernel:
         self._plannable = not sparse_inputs(expr)
         self._type = None
         self._packed = any(isinstance(n, Rel) for n in walk(expr))  # may return packed outputs
+        # inputs that are values a larger program computed (a loop's state, given to its
+        # body's kernel): never refused for NaN/inf, which IEEE arithmetic may give them
+        self.unchecked = frozenset()
 
     def lowered(self):
         if self._lowered is None:
@@ -296,7 +299,8 @@ class Kernel:
                 raise InputError(f"input {k} is an object array; compiled kernels run in floating point (use tl.evaluate)")
         # sparse tensors stay compressed and relations come as RelationData,
         # prepared once per distinct array (issues 13 and 16)
-        env, sizes, relations, _ = prepare_inputs(self.expr, inputs, exact=False, compressed=True)
+        env, sizes, relations, _ = prepare_inputs(self.expr, inputs, exact=False, compressed=True,
+                                                  finite_elsewhere=self.unchecked)
         bounds.check_sizes(bounds.check_program(self.expr), sizes)  # constant accesses in range
         big = [s for s, v in sizes.items() if v > MAX_SIZE]
         if big:
@@ -328,7 +332,7 @@ class Kernel:
         outs = tuple((name, _shape_at(dims, sizes)) for name, dims in spec.get("output_buffers", []))
         if self._type is None:
             self._type = type_of_expr(self.expr)
-        checks = finite_checks(self.expr, inputs)
+        checks = tuple(c for c in finite_checks(self.expr, inputs) if c[0] not in self.unchecked)
         witness = tuple((n, tuple(p), k) for n, p, k in spec.get("witnesses", ()))
         if witness:  # these inputs are checked through the kernel's witness scalars (blas.py)
             skip = {(n, p) for n, p, _ in witness}

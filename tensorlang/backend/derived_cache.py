@@ -13,7 +13,8 @@ fingerprints of the user functions the source calls, the versions of
 tensorlang, Numba, llvmlite, isl and Python, and a hash of every source file
 of the package, so an edited pass never reuses an old derivative) followed by
 the pickled alpha-canonical source program (``ir.canonicalize``; nodes are
-interned, so one term pickles to one byte string).  The file name is a hash
+interned, so one term pickles to one byte string) and ``wrt`` inputs (names
+alone keyed an ``x`` of another type as this one).  The file name is a hash
 of that text; the entry stores the text itself and a load compares it in
 full, so a hash collision or a foreign file is a miss, never a wrong program.
 
@@ -92,7 +93,8 @@ def request(kind: str, source: Expr, wrt, options: dict) -> bytes:
     head = {"format": FORMAT, "kind": kind, "wrt": [v.name for v in wrt],
             "options": {k: repr(options[k]) for k in sorted(options)},
             "functions": _fingerprints(source), "versions": cache.versions(), "source": source_hash()}
-    body = pickle.dumps(canonicalize(source), protocol=5)
+    # the wrt inputs themselves (their types too): an input of one name and another type is another request
+    body = pickle.dumps((canonicalize(source), tuple(wrt)), protocol=5)
     return json.dumps(head, sort_keys=True).encode() + b"\0" + body
 
 

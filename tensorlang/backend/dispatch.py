@@ -117,8 +117,11 @@ def _all_finite(a: np.ndarray) -> bool:
     if a.dtype in _DOT and a.flags.c_contiguous:
         flat = a.reshape(-1)
         if flat.size <= DOT_MAX:
-            if math.isfinite(flat @ flat):
-                return True
+            try:
+                if math.isfinite(flat @ flat):
+                    return True
+            except FloatingPointError:  # the caller's np.seterr(over="raise"): finite values may overflow
+                pass  # (np.errstate here would cost more than the dot; the exact test decides)
         else:
             with np.errstate(over="ignore", invalid="ignore"):  # an overflow is decided below, not reported
                 if math.isfinite(np.add.reduce(flat)):

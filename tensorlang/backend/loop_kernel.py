@@ -65,14 +65,19 @@ DRIVER_MIN_STEPS = 32
 class Part:
     """One loop-free program, run compiled on the values it names."""
 
-    def __init__(self, prog, mode: str, compile_fn):
+    def __init__(self, prog, mode: str, compile_fn, internal=()):
         self.prog = prog
         self.var = prog if isinstance(prog, Var) and prog.uid == 0 else None
+        self.inputs = [v.name for v in input_vars(prog)]
+        self.sizes = [s.name for s in size_vars(prog)]
         if self.var is None:
             check_program(prog)
             self.fn = compile_fn(prog, mode=mode)
-        self.inputs = [v.name for v in input_vars(prog)]
-        self.sizes = [s.name for s in size_vars(prog)]
+            # ``internal``: the loop's own values (state, final state, hoisted terms, their
+            # tangents and cotangents), which overflow may make infinite, as in a loop-free
+            # program; the user's inputs are checked (``LoopProgram.sizes``, or here)
+            if hasattr(self.fn, "unchecked"):
+                self.fn.unchecked = frozenset(internal) & set(self.inputs)
 
     def __call__(self, values: dict, sizes: dict):
         if self.var is not None:
@@ -92,10 +97,10 @@ class LoopPart:
     program of the inputs and the previous loop's final state, run as one
     (its own split, kernels and step programs), on the values it names."""
 
-    def __init__(self, prog, mode: str, compile_fn, threads=None):
+    def __init__(self, prog, mode: str, compile_fn, threads=None, internal=()):
         self.prog = prog
         self.var = None
-        self.program = LoopProgram(prog, "compile", mode, compile_fn, threads)
+        self.program = LoopProgram(prog, "compile", mode, compile_fn, threads, internal)
         self.inputs = [v.name for v in input_vars(prog)]
         self.sizes = [s.name for s in size_vars(prog)]
 
@@ -112,7 +117,7 @@ class LoopPart:
 class LoopProgram:
     """A loop program's parts, its sizes and its compiled primal."""
 
-    def __init__(self, expr, stage: str, mode: str, compile_fn, threads=None):
+    def __init__(self, expr, stage: str, mode: str, compile_fn, threads=None, internal=()):
         from .. import bounds
 
         self.threads = threads  # None or 1: serial step programs; k > 1: their parallel variants
@@ -123,16 +128,20 @@ class LoopProgram:
         self.mode = mode
         self.compile_fn = compile_fn
         self.sp: Split = split(expr, stage)
-        self.pre = Part(self.sp.pre, mode, compile_fn)
+        sp = self.sp
+        # the values the loop computes (``Part``'s ``internal``), with ``internal``: those of
+        # an earlier loop this one reads (loops.chain: its final state)
+        self.internal = frozenset(internal) | {sp.state.name, sp.final.name} | {v.name for v, _ in sp.hoisted}
+        self.pre = Part(self.sp.pre, mode, compile_fn, self.internal)
         # T = 0 (a constant): the body never runs, and may not even compile
         # (``forcing[t]`` with ``forcing : [0]…`` reads out of range at every t)
         never = self.sp.steps.is_const and self.sp.steps.const == 0
-        self.body = None if never else Part(self.sp.body, mode, compile_fn)
+        self.body = None if never else Part(self.sp.body, mode, compile_fn, self.internal)
         # several loops (loops.chain): post holds the next ones, a loop program of its own
-        self.post = (LoopPart(self.sp.post, mode, compile_fn, threads) if has_loop(self.sp.post)
-                     else Part(self.sp.post, mode, compile_fn))
+        self.post = (LoopPart(self.sp.post, mode, compile_fn, threads, self.internal) if has_loop(self.sp.post)
+                     else Part(self.sp.post, mode, compile_fn, self.internal))
         # the body's loop-invariant terms (loops.hoist_invariants), each its own kernel
-        self.inv = [] if never else [(v, Part(e, mode, compile_fn)) for v, e in self.sp.hoisted]
+        self.inv = [] if never else [(v, Part(e, mode, compile_fn, self.internal)) for v, e in self.sp.hoisted]
 
     def invariants(self, values: dict, sizes: dict, T: int) -> None:
         """The hoisted terms' values into ``values``, once, when the body runs
@@ -145,7 +154,7 @@ class LoopProgram:
         from .. import bounds
         from ..evaluator import prepare_inputs
 
-        _, sizes, _, _ = prepare_inputs(self.expr, inputs, exact=False)
+        _, sizes, _, _ = prepare_inputs(self.expr, inputs, exact=False, finite_elsewhere=self.internal)
         bounds.check_sizes(self.constraints, sizes)  # every access of every step is in range
         return sizes
 
@@ -199,7 +208,7 @@ class LoopProgram:
         args = kernel_args(fp.base, vals, sizes, t_name(self.sp), row_sources(self.sp, sizes))
         if args is None:
             return None
-        check_finite(vals, finite_checks(self.sp.body, vals))
+        check_finite(vals, tuple(c for c in finite_checks(self.sp.body, vals) if c[0] not in self.internal))
         whole = {f.name: values[f.name] for _, f, _ in self.sp.rows}  # the rows' sources, named as given
         check_finite(whole, finite_checks(self.sp.loop, whole))
         return [np.ascontiguousarray(x) for x in leaves], args

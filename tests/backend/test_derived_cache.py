@@ -167,3 +167,26 @@ def test_value_and_grad_vjp_jvp_warm_agree(cache_dir):
         val, tan = tl.jvp(loss, wrt=x)(x=xs, dx=np.ones(5))
         np.testing.assert_allclose(tan, np.sum(_want(xs)), rtol=1e-12)
     assert len(glob.glob(os.path.join(cache_dir, "d_*.pkl"))) == 3  # one per kind
+
+
+def test_wrt_inputs_of_one_name_and_another_type_are_other_requests(cache_dir):
+    """The request named the ``wrt`` inputs by name only: a derivation for an
+    ``x`` of another type (a user's mistyped ``tl.tensor("x", n, n)``) and
+    the one for the program's ``x`` shared an entry, so a later process got
+    the other's derived program: zeros of shape (n, n) for the gradient.
+    Now the entry is keyed by the inputs themselves, and the API refuses a
+    ``wrt`` input that shares its name with a different program input."""
+    loss, x = _loss()
+    n = tl.size("n")
+    other = tl.tensor("x", n, n)
+    opts = {"adjoint": "sparse", "value": False}
+    assert dc.request("grad", loss, [other], opts) != dc.request("grad", loss, [x], opts)
+    # an entry stored for the other x (here a program that is not x's gradient) is not x's
+    dc.Entry("grad", loss, [other], opts).derive(lambda: tl.gen(n, lambda i: 7.0 * x[i]))
+    xs = np.linspace(-1, 1, 7)
+    np.testing.assert_allclose(tl.grad(loss, wrt=x)(x=xs), _want(xs), rtol=1e-12)
+    for fn in (tl.grad, tl.value_and_grad, tl.vjp, tl.jvp):
+        with pytest.raises(tl.TensorLangError, match=r"wrt names the input x of type \[n\]\[n\]ℝ, but the program's input x"):
+            fn(loss, wrt=other)
+    with pytest.raises(tl.TensorLangError, match="two different inputs of one name"):
+        tl.grad(loss, wrt=[tl.tensor("y", n), tl.tensor("y", n, n)])

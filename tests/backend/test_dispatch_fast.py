@@ -173,3 +173,29 @@ def test_a_dense_program_s_planned_call_touches_no_sparse_machinery(monkeypatch)
     np.testing.assert_allclose(vx, gx, rtol=1e-14)
     np.testing.assert_allclose(vw, gw, rtol=1e-14)
     np.testing.assert_allclose(calls[3](), dy * 2 * ws * xs, rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_planned_call_under_floating_point_raise(dtype):
+    """A caller's ``np.seterr(over="raise")`` (or errstate) made the planned
+    call's finiteness check (a self-dot: |x| > 1e154 in float64, 1.8e19 in
+    float32 squares past the range) raise FloatingPointError for finite
+    inputs the first call had accepted.  The values are compared with NumPy;
+    a NaN is still refused by name."""
+    n = tl.size("n")
+    x = tl.tensor("x", n)
+    loss = tl.sum(n, lambda i: x[i] * 0.5)
+    big = np.full(70, np.finfo(dtype).max / 4, dtype=dtype)
+    f, g, vg = tl.compile(loss), tl.grad(loss, wrt=x), tl.value_and_grad(loss, wrt=x)
+    with np.errstate(all="raise"):
+        for _ in range(3):  # the first call validates, the others take the plan
+            assert f(x=big[:4]) == np.finfo(dtype).max / 2  # exact: four halves of max/4
+            np.testing.assert_array_equal(g(x=big), np.full(70, 0.5, dtype=dtype))
+            v, gx = vg(x=big)
+            assert np.isinf(v) and v > 0  # the sum overflows: IEEE's answer, as NumPy's
+            np.testing.assert_array_equal(gx, np.full(70, 0.5, dtype=dtype))
+        bad = big.copy()
+        bad[3] = np.nan
+        for fn in (f, g, vg):
+            with pytest.raises(tl.InputError, match="input x contains NaN"):
+                fn(x=bad)

@@ -183,3 +183,22 @@ def _cache_dir(tmp_path_factory):
     mp.setenv("TENSORLANG_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
     yield
     mp.undo()
+
+
+@pytest.mark.parametrize("nm", ["ñ", "名前", "xα"])
+def test_non_ascii_size_names_reach_isl_spelled_in_ascii(nm):
+    """isl reads only ASCII identifiers: a size named ``ñ`` (a Python
+    identifier) made every bounds query that needed isl a BoundsError
+    (``isl_set_read_from_str failed: syntax error``).  Checked against NumPy
+    and the cost counted by hand (3 operations per point, less the sum's
+    first addition)."""
+    n = tl.size(nm)
+    x = tl.tensor("x", n)
+    loss = tl.sum(n, lambda i: tl.iverson(i >= 1, x[i - 1]) * x[i])
+    X = np.arange(1.0, 6.0)
+    np.testing.assert_allclose(tl.grad(loss, wrt=x)(x=X), np.r_[X[1:], 0.0] + np.r_[0.0, X[:-1]])
+    assert tl.evaluate(loss, x=X) == float(X[1:] @ X[:-1])
+    assert tl.cost(loss, **{nm: 7}) == tl.cost(tl.sum(tl.size("n"), lambda i: tl.iverson(i >= 1, tl.tensor("x", tl.size("n"))[i - 1]) * tl.tensor("x", tl.size("n"))[i]), n=7)
+    # a zero size decides the guarded access's reachability through isl (bounds._reachable)
+    z = tl.tensor("z", n)
+    assert tl.compile(tl.sum(n, lambda i: z[i]) + z[0] * 0.0)(z=np.arange(3.0)) == 3.0

@@ -190,3 +190,15 @@ def test_a_per_element_loop_with_a_pair_state_is_refused_naming_the_type():
     with pytest.raises(tl.UnsupportedError, match=r"grad: the loop loop\[t:3\] .* sits inside a gen/sum binder .*"
                        r"its state has the pair type \(ℝ × ℝ\)"):
         tl.grad(tl.sum(m, lambda j: per[j]), wrt=a)
+
+
+@pytest.mark.parametrize("ck", [np.ones(2), (np.ones(2), 3), ("binomial", np.ones(2)), np.array("all")])
+def test_array_checkpoint_policies_are_refused_by_name(ck):
+    """A policy compared with ``==`` as an array (``np.ones(2) == "all"``)
+    raised ValueError from its truth value; every entry point taking
+    ``checkpoint=`` refuses it as a TensorLangError naming the policy."""
+    s = tl.scalar("s")
+    with pytest.raises(tl.TensorLangError, match="loop checkpoint must be one of"):
+        tl.loop(3, s, lambda t, u: u * 2.0, checkpoint=ck)
+    with pytest.raises(tl.TensorLangError, match="loop checkpoint must be one of"):
+        tl.grad(tl.loop(3, s, lambda t, u: u * 2.0), wrt=s, checkpoint=ck)

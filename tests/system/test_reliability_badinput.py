@@ -213,3 +213,16 @@ def test_building_with_junk_operands(prog, op, junk):
     elif status == "ok":
         assert not math.isnan(0.0)  # a declaration (tensor/relation) that was accepted is a real node
         assert isinstance(built, (tl.Expr, tl.Relation)), built
+
+
+@pytest.mark.parametrize("op", range(len(_OPS)))
+def test_every_junk_operand_on_a_fixed_program(op):
+    """Every (operation, junk) pair on fixed programs, so what explore mode
+    found is checked on every run: ``tl.proj(e, np.ones(2))`` raised
+    ValueError (an array's truth value) instead of a TensorLangError."""
+    x = tl.tensor("x", 3)
+    for expr, ins in [(tl.gen(3, lambda i: 0.5), {}), (tl.pair(tl.gen(3, lambda i: x[i]), x[0]), {"x": np.ones(3)})]:
+        for junk in JUNK:
+            status, built = _outcome(lambda: _OPS[op](expr, junk))
+            if status == "ok" and isinstance(built, tl.Expr):
+                _outcome(lambda: tl.evaluate(built, **ins))
