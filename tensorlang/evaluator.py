@@ -503,6 +503,8 @@ def _is_object(val) -> bool:
 
 
 def _as_array(val, what, dom: Domain, finite: bool = True):
+    if isinstance(val, np.ma.MaskedArray):  # np.asarray would drop the mask: the masked values would count
+        raise InputError(f"input {what} is a masked array; pass its data (np.ma.filled) or express the mask in the program")
     if dom.exact:
         try:
             arr = np.asarray(val, dtype=object)

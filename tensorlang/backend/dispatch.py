@@ -114,6 +114,11 @@ DOT_MAX = 8192
 def _all_finite(a: np.ndarray) -> bool:
     if a.dtype.kind != "f":
         return True
+    if a.dtype.itemsize > 8:
+        # long double: the kernel runs in float64, where a value past 1.8e308 is
+        # an infinity (as the first call's conversion refuses it)
+        with np.errstate(over="ignore"):
+            a = a.astype(np.float64)
     if a.dtype in _DOT and a.flags.c_contiguous:
         flat = a.reshape(-1)
         if flat.size <= DOT_MAX:

@@ -199,3 +199,29 @@ def test_planned_call_under_floating_point_raise(dtype):
         for fn in (f, g, vg):
             with pytest.raises(tl.InputError, match="input x contains NaN"):
                 fn(x=bad)
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).max <= np.finfo(np.float64).max, reason="long double is float64 here")
+def test_long_double_past_float64_is_refused_on_every_call():
+    """A long-double value past float64's range is an infinity in the kernel
+    (float64): the first call refuses it, and so must the planned calls after
+    it (they checked the long doubles themselves, which are finite)."""
+    loss, x = program()
+    f = tl.compile(loss)
+    ws = np.ones(5)
+    xs = np.linspace(-1.0, 1.0, 5).astype(np.longdouble)
+    assert f(x=xs, w=ws) == pytest.approx(want(xs.astype(np.float64), ws)[0])  # plans this signature
+    big = xs.copy()
+    big[2] = np.longdouble(10.0) ** 400
+    for _ in range(2):
+        with pytest.raises(tl.TensorLangError, match="x"):
+            f(x=big, w=ws)
+
+
+def test_masked_arrays_are_refused():
+    """np.asarray drops a mask: the masked values would silently count."""
+    loss, x = program()
+    xs = np.ma.masked_array(np.ones(4), mask=[0, 1, 0, 0])
+    for fn in (tl.compile(loss), tl.grad(loss, wrt=x)):
+        with pytest.raises(tl.TensorLangError, match="masked"):
+            fn(x=xs, w=np.ones(4))
