@@ -18,7 +18,7 @@ layer   name      modules
 3       cost,     cost_preds, cost_relations, cost_fig6, cost_fig17,
                   cost_symbolic, costmodel (the facade over them);
         backend   tensorlang.backend.*
-4       driver    driver (the one stage list), loop_autodiff,
+4       driver    driver (the one stage list), loop_autodiff, loop_values,
                   loop_cost
 5       top       runtime, audit, cli, dask, interop; autodiff and
                   derived_program (its callable over a derived program)
@@ -50,7 +50,7 @@ LAYERS = {
     "tensorlang.costmodel": 3, "tensorlang.cost_fig17": 3, "tensorlang.cost_relations": 3,
     "tensorlang.cost_symbolic": 3, "tensorlang.cost_preds": 3, "tensorlang.cost_fig6": 3,
     "tensorlang.backend": 3,
-    "tensorlang.driver": 4, "tensorlang.loop_autodiff": 4, "tensorlang.loop_cost": 4,
+    "tensorlang.driver": 4, "tensorlang.loop_autodiff": 4, "tensorlang.loop_values": 4, "tensorlang.loop_cost": 4,
     "tensorlang.runtime": 5,
     # grad/value_and_grad/vjp/jvp are entry points beside runtime: they run the
     # driver's routes and return callables built by runtime.make_callable
