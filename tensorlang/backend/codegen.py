@@ -67,6 +67,7 @@ from .blas import Gemm, View
 from .colsum import column_sums
 from .offsets import hoist_offsets
 from .contract import _map_stmts
+from .deadinit import drop_dead_inits
 from .fission import split_calls
 from .hfuse import fuse_nests
 from .roll import LANES, roll_loops  # LANES: the partial sums of a reduction, here and in roll.py
@@ -178,6 +179,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(row_fuse(ir))))
         run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
         run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
+        run = drop_dead_inits(run)  # constants overwritten before a read: compile time only (deadinit.py)
         try:
             _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         finally:
@@ -223,9 +225,13 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 _stmts(b, depth + 1, par, lines, {})
             case Loop(var=v, lo=lo, hi=hi, step=1, body=(AccAdd(target=t, value=val),), parallel=p) if (
                 not (p and par) and s.kind in ("sum", "rel") and t not in names(val, set())
-                and not getattr(_PRINT, "plain", False)
+                and not getattr(_PRINT, "plain", False) and not _lanes_never_run(lo, hi)
             ):
                 _lanes(v, lo, hi, t, val, ind, lines)
+            case Loop(var=v, lo=lo, hi=hi, step=st, body=b) if _intrinsic_access() and st > 0:
+                _while(v, expr(lo), expr(hi), st, ind, lines)
+                _stmts(b, depth + 1, par, lines, {})
+                lines.append(f"{ind}    {v} += {st}\n")
             case Loop(var=v, lo=lo, hi=hi, step=st, body=b, parallel=p):
                 rng = "prange" if (p and par) else "range"
                 step = f", {st}" if st != 1 else ""
@@ -269,6 +275,33 @@ def _subst(e, name: str, repl: K.KExpr):
     return e
 
 
+def _while(v: str, lo: str, hi: str, step: int, ind: str, lines: list) -> None:
+    """The head of a serial kernel's loop ``for v in range(lo, hi, step)``
+    (``step > 0``) as ``v = lo; while v < v_e:``; the caller prints the body
+    and ``v += step``.  The printed kernels never ``continue``, and after a
+    ``break`` ``v`` is the value it broke at, as with ``range``.  Numba types
+    and lowers a ``range`` loop through its iterator protocol (``getiter``,
+    ``iternext``, a range state, a pair per step), which LLVM reduces to the
+    same counted loop: the ``while`` form gives the same machine code for
+    about 10% less of a cold kernel's compile time (the deconvolution
+    gradient's: 0.36 -> 0.33 s; issue #14 item 6).  The bound is read once,
+    as ``range`` reads it."""
+    lines.append(f"{ind}{v}_e = {hi}\n")
+    lines.append(f"{ind}{v} = {lo}\n")
+    lines.append(f"{ind}while {v} < {v}_e:\n")
+
+
+def _lanes_never_run(lo, hi) -> bool:
+    """A loop of fewer than ``LANES`` iterations at every size (constant
+    bounds: the n-body's sums over 3 coordinates): its lanes' loop would never
+    run, only be compiled (issue #14 item 6).  Printed plainly, its additions
+    are the same, in the same order."""
+    try:
+        return K.evaluate_int(hi, {}) - K.evaluate_int(lo, {}) < LANES
+    except (KeyError, TypeError):  # a bound naming a size or an index
+        return False
+
+
 def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list) -> None:
     """An innermost reduction loop ``for v: acc += val`` with ``LANES``
     independent partial sums: one long chain of dependent additions is
@@ -280,12 +313,22 @@ def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list) -> None:
     lines.append(f"{ind}{hi_n} = {lo_n} + (_imax(0, {expr(hi)} - {lo_n}) // {LANES}) * {LANES}\n")
     for k in range(1, LANES):
         lines.append(f"{ind}{acc}_a{k} = F(0.0)\n")
-    lines.append(f"{ind}for {v} in range({lo_n}, {hi_n}, {LANES}):\n")
+    serial = _intrinsic_access()
+    if serial:
+        _while(v, lo_n, hi_n, LANES, ind, lines)
+    else:
+        lines.append(f"{ind}for {v} in range({lo_n}, {hi_n}, {LANES}):\n")
     lines.append(f"{ind}    {acc} += {expr(val)}\n")
     for k in range(1, LANES):
         lines.append(f"{ind}    {acc}_a{k} += {expr(_subst(val, v, K.IBin('+', K.Name(v), K.Int(k))))}\n")
-    lines.append(f"{ind}for {v} in range({hi_n}, {expr(hi)}):\n")
-    lines.append(f"{ind}    {acc} += {expr(val)}\n")
+    if serial:
+        lines.append(f"{ind}    {v} += {LANES}\n")
+        _while(v, hi_n, expr(hi), 1, ind, lines)
+        lines.append(f"{ind}    {acc} += {expr(val)}\n")
+        lines.append(f"{ind}    {v} += 1\n")
+    else:
+        lines.append(f"{ind}for {v} in range({hi_n}, {expr(hi)}):\n")
+        lines.append(f"{ind}    {acc} += {expr(val)}\n")
     rest = f"{acc}_a1"
     for k in range(2, LANES):
         rest = f"({rest} + {acc}_a{k})"
