@@ -54,6 +54,11 @@ and array elements read and written through the ``load``/``store``
 intrinsics (one typed call per access; same machine code).  The loops a
 BLAS call falls back to below its size threshold (``If.cold``) are printed
 without lanes: there they only cost compile time (the MLP's five GEMMs).
+The serial kernel's loops are printed as ``while`` loops (``_while``: no
+range iterator for Numba to type and lower, the same counted loop for
+LLVM), reductions of fewer than ``LANES`` iterations at every size without
+lanes, and constant assignments overwritten before a read not at all
+(deadinit.py).
 """
 
 from __future__ import annotations
