@@ -60,6 +60,36 @@ def expr_of(e, rename: dict) -> K.KExpr:
     raise UnsupportedError(f"unexpected isl AST operation {e.to_C_str()}")
 
 
+def isl_text(e: K.KExpr, names: set):
+    """The isl affine text of the kernel-IR integer expression ``e`` (the
+    inverse of :func:`expr_of` on affine expressions with ``//`` by a positive
+    constant, ``min``, ``max``) over the Names ``names``, or None when ``e``
+    is not such an expression (a product of two unknowns, ``%``, a load)."""
+    match e:
+        case K.Int(value=v):
+            return str(v)
+        case K.Name(name=n):
+            return n if n in names else None
+        case K.IBin(op="//", lhs=a, rhs=K.Int(value=d)) if d > 0:
+            a = isl_text(a, names)
+            return None if a is None else f"floor(({a})/{d})"
+        case K.IBin(op=("+" | "-") as op, lhs=a, rhs=b):
+            a, b = isl_text(a, names), isl_text(b, names)
+            return None if a is None or b is None else f"({a} {op} {b})"
+        case K.IBin(op="*", lhs=a, rhs=b) if isinstance(a, K.Int) or isinstance(b, K.Int):
+            a, b = isl_text(a, names), isl_text(b, names)
+            return None if a is None or b is None else f"({a} * {b})"
+        case K.MinMax(fn=fn, args=args) if args:
+            got = [isl_text(x, names) for x in args]
+            if None in got:
+                return None
+            out = got[0]
+            for x in got[1:]:
+                out = f"{fn}({out}, {x})"
+            return out
+    return None
+
+
 def to_loops(node, dims: list, body: list, kind: str, sched: list = None) -> list:
     """Signature: to_loops : isl.AstNode -> [stmt].
 

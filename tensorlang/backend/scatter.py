@@ -41,7 +41,7 @@ from .domains import aff_expr, box_cons, conjuncts, has_rel
 from .fusion import fuse
 from .hoist import hoist, occurrences, split_bracket
 from .interchange import TILE, accumulate_order
-from .astgen import expr_of
+from .astgen import expr_of, isl_text
 from .loopir import Alloc, If, Loop, Store
 
 
@@ -303,10 +303,29 @@ def _tile_zeroing(lw, plan: ScatterPlan, name: str, shape: tuple, stmts: list, d
     slab = [(lo, K.MinMax("min", (n, K.int_add(lo, K.Int(plan.tile))))) if y == tiled else (K.Int(0), n)
             for y, n in zip(dv, shape)]
     out = [replace(tl, body=_zero_loops(name, at, slab) + tuple(tl.body))]
-    if bad != K.Bool(False):  # sizes for which some tile is never visited: all of D zeroed first
+    if bad != K.Bool(False) and not _visits_every_tile(lw, tl, plan.tile, shape[dv.index(tiled)]):  # sizes for which some tile is never visited: all of D zeroed first
         all_at = [lw.names.new("index") for _ in shape]  # names apart: the parallel split reads them
         out.insert(0, If(bad, _zero_loops(name, all_at, [(K.Int(0), n) for n in shape]), ()))
     return out
+
+
+def _visits_every_tile(lw, tl: Loop, tile: int, n: K.KExpr) -> bool:
+    """Does the tile loop ``tl`` run every tile ``t`` of ``[0, n)`` (``0 <= t``,
+    ``tile·t < n``) at every size?  Then each slab of D is zeroed as its tile
+    starts even at the sizes where some point of D has no term (isl's loop
+    over ``t`` need not be narrowed to them: the deconvolution's runs
+    ``range(0, (n1 - 1) // 1024 + 1)`` whatever m is), and zeroing all of D
+    first would be code that can only repeat the slabs' work: Numba compiles
+    it for nothing (issue #14 item 6).  Decided with isl on the loop's
+    kernel-IR bounds; False when they are not affine."""
+    sizes = set(lw.scope0.params)
+    lo, hi, ext = isl_text(tl.lo, sizes), isl_text(tl.hi, sizes), isl_text(n, sizes)
+    if None in (lo, hi, ext):
+        return False
+    known = " and ".join(dict.fromkeys(lw.scope0.cons)) or "0 = 0"
+    missed = isl.Set(f"{lw.scope0.header()} -> {{ [t] : {known} and 0 <= t and {tile} * t < {ext} "
+                     f"and not ({lo} <= t and t < {hi}) }}")
+    return missed.is_empty()
 
 
 __all__ = ["ScatterPlan", "scatter_plans", "scatter_binding", "fuse_with_scatters"]
