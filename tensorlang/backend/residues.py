@@ -18,11 +18,12 @@ m = 16.
 The rewrite keeps ``COPIES`` private copies of the slab, ``W[l, h]``, and
 sends iteration ``r`` to copy ``(r - lo) mod COPIES``::
 
-    if hh - hl < SHORT and r_hi - r_lo >= COPIES:
+    if len(D) < SHORT and r_hi - r_lo >= COPIES:
         W = zeros(COPIES·(hh - hl))
         for r0 in range(r_lo, q, COPIES):        # q: r_lo + whole groups
             for l in range(COPIES):
-                for h in range(hl, hh): W[l·s + h - hl] += e(r0 + l, h)
+                r = r0 + l
+                for h in range(hl, hh): W[l·s + h - hl] += e(r, h)
         for l in range(COPIES): for h in range(hl, hh): D[h] += W[l·s + h - hl]
         for r in range(q, r_hi): for h in range(hl, hh): D[h] += e(r, h)
     else:
@@ -32,16 +33,22 @@ so a copy is stored again only ``COPIES`` slab sweeps later.  The innermost
 loop is the same stride-1 loop over ``h`` (LLVM vectorises it as before).
 ``SHORT = TILE / COPIES``: the copies together hold at most one tile (8 KB
 of float64, in L1), and a slab of ``SHORT`` = 64 elements is already 16
-four-wide vector operations per sweep, more than the latency to hide.
+four-wide vector operations per sweep, more than the latency to hide.  The
+test is on the whole array ``D``, not on the slab: a long ``D`` has a short
+slab only in its last tile, whose waits cost at most 10 cycles per ``r``
+against at least 256 vector operations per ``r`` for each full tile (under
+4%), and keeps its order of additions (interchange.py's column sums).
 
 Applies, in the serial kernel, to a unit-step loop ``R`` whose body is one
 unit-step loop ``H`` whose body is one store ``D[ix] = D[ix] + t₁ + …``:
+``D`` a one-dimensional array the kernel allocates (or is given, pooled),
 ``ix`` the index ``H``'s variable alone, no term ``tₖ`` reading ``D``,
-``H``'s bounds reading nothing ``R`` writes (rw.py), ``R``'s bounds not
-reading ``D``.  Each ``D[h]`` then receives the same terms; they are added
-in another order (each copy's terms in ``r`` order, the copies in ``l``
-order, then the remainder): a reassociation, fixed by the loop bounds
-(deterministic for given sizes; the parallel variant keeps its own order).
+``H``'s bounds reading nothing ``R`` writes, ``R``'s bounds reading neither
+``D`` nor ``H``'s variable (rw.py's ``names``).  Each ``D[h]`` then receives
+the same terms; they are added in another order (each copy's terms in
+``r`` order, the copies in ``l`` order, then the remainder): a
+reassociation, fixed by the loop bounds (deterministic for given sizes; the
+parallel variant keeps its own order, per-thread chunks).
 Built from loop-IR nodes; the names statements read and write come from
 rw.py.
 """
@@ -56,7 +63,7 @@ from .loopir import Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
 from .rw import names, reads_writes
 
 COPIES = 16  # private copies of a short slab (module doc)
-SHORT = TILE // COPIES  # slabs shorter than this are split; the copies fit one tile
+SHORT = TILE // COPIES  # arrays shorter than this are accumulated in copies, which fit one tile
 
 
 class _Fresh:
@@ -96,17 +103,17 @@ def _pattern(r):
     if st.array in names(terms, set()):
         return None  # a term reads the accumulated array: not a plain accumulation
     bounds = names((h.lo, h.hi), set())
-    if bounds & {r.var, h.var, st.array} or st.array in names((r.lo, r.hi), set()):
+    if bounds & {r.var, h.var, st.array} or names((r.lo, r.hi), set()) & {h.var, st.array}:
         return None
     return h, st, terms
 
 
-def _split(r, fresh) -> If:
+def _split(r, extent, fresh) -> If:
     h, st, terms = _pattern(r)
     d, hv = st.array, h.var
     s, q, w, r0, lane = fresh("v"), fresh("v"), fresh("t"), fresh("i"), fresh("i")
     n_r = K.IBin("-", r.hi, r.lo)
-    test = K.and_of([K.Cmp("<", K.IBin("-", h.hi, h.lo), K.Int(SHORT)), K.Cmp(">=", n_r, K.Int(COPIES))])
+    test = K.and_of([K.Cmp("<", extent, K.Int(SHORT)), K.Cmp(">=", n_r, K.Int(COPIES))])
     at = (K.IBin("+", K.IBin("*", K.Name(lane), K.Name(s)), K.IBin("-", K.Name(hv), h.lo)),)
     # R's variable is set per lane, not substituted: its loads stay at a plain name, which
     # offsets.py leaves as it is (a hoisted max(0, r0 + l) base kept a 3 -> 16 point loop
@@ -127,15 +134,28 @@ def _split(r, fresh) -> If:
     return If(test, then, (r,))
 
 
-def _walk(stmts, fresh) -> tuple:
+def _extents(ir: KernelIR) -> dict:
+    """Array name -> its extent, for the kernel's one-dimensional allocations (pooled ones included)."""
+    allocs = list(ir.allocs) + [s for s in walk_stmts(ir.body) if isinstance(s, Alloc)]
+    return {a.name: a.shape[0] for a in allocs if len(a.shape) == 1}
+
+
+def _target(s, extents):
+    """The accumulated array's extent when ``s`` is a nest this pass rewrites, else None."""
+    got = _pattern(s)
+    return None if got is None else extents.get(got[1].array)
+
+
+def _walk(stmts, extents, fresh) -> tuple:
     out = []
     for s in stmts:
-        if _pattern(s) is not None:
-            out.append(_split(s, fresh))
+        extent = _target(s, extents)
+        if extent is not None:
+            out.append(_split(s, extent, fresh))
         elif isinstance(s, Loop):
-            out.append(replace(s, body=_walk(s.body, fresh)))
+            out.append(replace(s, body=_walk(s.body, extents, fresh)))
         elif isinstance(s, If):
-            out.append(replace(s, then=_walk(s.then, fresh), orelse=_walk(s.orelse, fresh)))
+            out.append(replace(s, then=_walk(s.then, extents, fresh), orelse=_walk(s.orelse, extents, fresh)))
         else:
             out.append(s)
     return tuple(out)
@@ -143,9 +163,10 @@ def _walk(stmts, fresh) -> tuple:
 
 def residue_copies(ir: KernelIR) -> KernelIR:
     """Signature: residue_copies : KernelIR -> KernelIR (module doc); the serial kernel only."""
-    if not any(_pattern(s) is not None for s in walk_stmts(ir.body)):
+    extents = _extents(ir)
+    if not any(_target(s, extents) is not None for s in walk_stmts(ir.body)):
         return ir
-    return replace(ir, body=list(_walk(ir.body, _Fresh(ir))))
+    return replace(ir, body=list(_walk(ir.body, extents, _Fresh(ir))))
 
 
 __all__ = ["COPIES", "SHORT", "residue_copies"]
