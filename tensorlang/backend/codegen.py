@@ -156,7 +156,8 @@ def serial_passes(ir: KernelIR) -> KernelIR:
 
 def printed_ir(ir: KernelIR, par: bool = False) -> KernelIR:
     """The loop IR a variant prints: the serial one (``par`` False) or the parallel one."""
-    run = replace(ir, body=split_scatters(ir)) if par else serial_passes(ir)
+    # the parallel variant: per-thread scatters (parallel_split.py), short slabs in copies as the serial one
+    run = residue_copies(replace(ir, body=split_scatters(ir))) if par else serial_passes(ir)
     run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
     return hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
 

@@ -39,16 +39,20 @@ slab only in its last tile, whose waits cost at most 10 cycles per ``r``
 against at least 256 vector operations per ``r`` for each full tile (under
 4%), and keeps its order of additions (interchange.py's column sums).
 
-Applies, in the serial kernel, to a unit-step loop ``R`` whose body is one
-unit-step loop ``H`` whose body is one store ``D[ix] = D[ix] + t₁ + …``:
-``D`` a one-dimensional array the kernel allocates (or is given, pooled),
-``ix`` the index ``H``'s variable alone, no term ``tₖ`` reading ``D``,
+Applies to a unit-step loop ``R`` whose body is one unit-step loop ``H``
+whose body is one store ``D[p…, h] = D[p…, h] + t₁ + …``: ``D`` an array
+the kernel allocates (or is given, pooled), ``h`` ``H``'s variable, the
+leading subscripts ``p…`` (a thread's private row, parallel_split.py)
+reading neither ``R``'s nor ``H``'s variable nor ``D``, ``len(D)`` its
+last extent, no term ``tₖ`` reading ``D``,
 ``H``'s bounds reading nothing ``R`` writes, ``R``'s bounds reading neither
 ``D`` nor ``H``'s variable (rw.py's ``names``).  Each ``D[h]`` then receives
 the same terms; they are added in another order (each copy's terms in
 ``r`` order, the copies in ``l`` order, then the remainder): a
-reassociation, fixed by the loop bounds (deterministic for given sizes; the
-parallel variant keeps its own order, per-thread chunks).
+reassociation, fixed by the loop bounds.  The parallel variant gets the
+same rewrite, after its per-thread split: a chunked accumulation's tiles
+are disjoint, so its result stays bitwise the serial one (each element is
+one chunk's value plus zeros), as before.
 Built from loop-IR nodes; the names statements read and write come from
 rw.py.
 """
@@ -94,8 +98,10 @@ def _pattern(r):
     if not (isinstance(h, Loop) and h.step == 1 and len(h.body) == 1 and not h.parallel):
         return None
     st = h.body[0]
-    if not isinstance(st, Store) or st.index != (K.Name(h.var),):
+    if not isinstance(st, Store) or not st.index or st.index[-1] != K.Name(h.var):
         return None
+    if names(st.index[:-1], set()) & {r.var, h.var, st.array}:
+        return None  # leading subscripts (a thread's private row, parallel_split.py) fixed in the nest
     v = st.value
     if not (isinstance(v, K.FSum) and len(v.terms) >= 2 and v.terms[0] == K.Load(st.array, st.index, True)):
         return None
@@ -135,9 +141,9 @@ def _split(r, extent, fresh) -> If:
 
 
 def _extents(ir: KernelIR) -> dict:
-    """Array name -> its extent, for the kernel's one-dimensional allocations (pooled ones included)."""
+    """Array name -> the extent of its last dimension, for the kernel's allocations (pooled ones included)."""
     allocs = list(ir.allocs) + [s for s in walk_stmts(ir.body) if isinstance(s, Alloc)]
-    return {a.name: a.shape[0] for a in allocs if len(a.shape) == 1}
+    return {a.name: a.shape[-1] for a in allocs if a.shape}
 
 
 def _target(s, extents):
@@ -162,7 +168,7 @@ def _walk(stmts, extents, fresh) -> tuple:
 
 
 def residue_copies(ir: KernelIR) -> KernelIR:
-    """Signature: residue_copies : KernelIR -> KernelIR (module doc); the serial kernel only."""
+    """Signature: residue_copies : KernelIR -> KernelIR (module doc)."""
     extents = _extents(ir)
     if not any(_target(s, extents) is not None for s in walk_stmts(ir.body)):
         return ir
