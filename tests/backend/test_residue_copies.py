@@ -9,10 +9,12 @@ one.  The kernel now runs it, when c is shorter than ``SHORT`` and
 of the slab, iteration ``i`` into copy ``i mod COPIES``, and adds the copies
 into ``dc`` in copy order, then the remaining points in order.
 
-Structure (the printed serial loop IR: versioned nest, the copies, the
-unchanged fallback), values against NumPy and finite differences, and the
-documented order of additions done in NumPy, bitwise, on both sides of each
-threshold (m = 63 and 64, n below and above ``COPIES``).  Never a time.
+Structure (the serial loop IR: the copies under a run-time test, the nest
+printed once for the points past the last whole group, the copies' sum),
+values against NumPy and finite differences, and the documented order of
+additions done in NumPy, bitwise, on both sides of each threshold (m = 63
+and 64; n below SHORT, where y's accumulation over m takes copies too).
+threads=2 stays bitwise threads=1.  Never a time.
 """
 
 from __future__ import annotations
@@ -46,74 +48,72 @@ def _grad(threads=1):
     return w, loss, v, tl.grad(loss, wrt=[v["x"], v["c"]], threads=threads)
 
 
-def _seq_conv(x, c):
-    """y[i] = sum_j x[i - j + m - 1] c[j], terms added from j = 0 up, from 0 (the kernel's tile order)."""
-    n, m = len(x) - len(c) + 1, len(c)
-    y = np.zeros(n)
-    for j in range(m):
-        y = y + x[m - 1 - j: m - 1 - j + n] * c[j]
-    return y
+def _accumulate(terms, extent):
+    """``Σ_r terms[r]`` (over the first axis) in the order residues.py documents for an
+    accumulated array of ``extent`` elements, from 0."""
+    n = len(terms)
+    out = np.zeros(terms.shape[1:])
+    q = (n // COPIES) * COPIES if extent < SHORT and n >= COPIES else 0
+    for r in range(q, n):  # the points past the last whole group (all of them without copies), in order
+        out = out + terms[r]
+    if q:
+        W = np.zeros((COPIES,) + terms.shape[1:])
+        for r0 in range(0, q, COPIES):  # copy l receives the points r = l mod COPIES, in order
+            W = W + terms[r0: r0 + COPIES]
+        for lane in range(COPIES):
+            out = out + W[lane]
+    return out
 
 
 def _dc_in_kernel_order(x, c, z):
-    """dc[k] = Σ_i x[i - k + m - 1]·dY[i] with the additions in the order residues.py documents."""
+    """dc[k] = Σ_i x[i - k + m - 1]·dY[i], every sum in the kernel's order (y's too: y[i] =
+    Σ_j x[i - j + m - 1]·c[j] is accumulated over j, in copies when n < SHORT)."""
     n, m = len(z), len(c)
-    v0 = _seq_conv(x, c) + (-z)
+    y = _accumulate(np.stack([x[m - 1 - j: m - 1 - j + n] * c[j] for j in range(m)]), n)
+    v0 = y + (-z)
     dy = v0 + v0
     # X[i, k] = x[n0 + i - k - 1] with n0 = m (the kernel's index), i.e. x[i + m - 1 - k]
     X = np.stack([x[m - 1 - k: m - 1 - k + n] for k in range(m)], axis=1)
-    terms = X * dy[:, None]
-    dc = np.zeros(m)
-    if m < SHORT and n >= COPIES:
-        q = (n // COPIES) * COPIES
-        W = np.zeros((COPIES, m))
-        for r0 in range(0, q, COPIES):  # copy l receives its points in order
-            W = W + terms[r0: r0 + COPIES]
-        for lane in range(COPIES):
-            dc = dc + W[lane]
-        rest = range(q, n)
-    else:
-        rest = range(n)
-    for i in rest:
-        dc = dc + terms[i]
-    return dc
+    return _accumulate(X * dy[:, None], m)
 
 
-def test_deconv_gradient_short_slab_is_versioned_into_copies():
+def _nests_into(stmts, arr):
+    return [s for s in walk_stmts(stmts) if _pattern(s) is not None and s.body[0].body[0].array == arr]
+
+
+def test_deconv_gradient_short_slab_goes_into_copies():
     w, loss, v, g = _grad()
     k = tl.compile(g.program, threads=1)
     ir = k.loop_ir
     dc = ir.results[1]  # the cotangent of c, accumulated over i for each of its m points
-    before = [s for s in walk_stmts(ir.body) if _pattern(s) is not None and s.body[0].body[0].array == dc]
-    assert len(before) == 1  # the lowering's nest: for i in range(n): for k in slab: dc[k] += …
+    (before,) = _nests_into(ir.body, dc)  # the lowering's nest: for i in range(n): for k in slab: dc[k] += …
     run = serial_passes(ir)
-    versions = [s for s in walk_stmts(run.body)
-                if isinstance(s, If) and any(x is not None and _pattern(x) is not None and x.body[0].body[0].array == dc
-                                             for x in s.orelse)]
-    assert len(versions) == 1
-    ver = versions[0]
-    assert ver.orelse == tuple(before)  # the fallback is the nest as it was
-    # the test: the slab is shorter than SHORT and the outer loop has at least COPIES points
-    cmps = {(c.op, c.rhs) for c in ver.cond.args}
-    assert cmps == {("<", K.Int(SHORT)), (">=", K.Int(COPIES))}
-    allocs = [s for s in ver.then if isinstance(s, Alloc)]
-    assert len(allocs) == 1 and allocs[0].zero and allocs[0].shape[0].lhs == K.Int(COPIES)
-    copies = allocs[0].name
-    groups = [s for s in ver.then if isinstance(s, Loop) and s.step == COPIES]
-    assert len(groups) == 1
-    stores = [s for s in walk_stmts(groups[0].body) if isinstance(s, Store)]
-    assert stores and all(s.array == copies for s in stores)  # dc itself is not touched per point
-    # every accumulation nest into dc now sits in the version: the copies added in
-    # (over COPIES lanes), the remainder, and the fallback
-    inside = {id(s) for s in walk_stmts(ver.then + ver.orelse)}
-    assert all(id(s) in inside for s in walk_stmts(run.body)
-               if _pattern(s) is not None and s.body[0].body[0].array == dc)
-    assert printed_ir(ir) is not None  # and it prints (offsets.py, roll.py accept it)
+    def is_test(s):
+        args = getattr(s.cond, "args", ()) if isinstance(s, If) else ()
+        return all(isinstance(c, K.Cmp) for c in args) and \
+            {(c.op, c.rhs) for c in args} == {("<", K.Int(SHORT)), (">=", K.Int(COPIES))}
+
+    tests = [s for s in walk_stmts(run.body) if is_test(s)]
+    assert len(tests) == 4  # copies then their sum, for y's nest and for dc's
+    into_dc = [t for t in tests if any(isinstance(x, Store) and x.array == dc for x in walk_stmts(t.then))]
+    assert len(into_dc) == 1  # the copies' sum into dc, element by element
+    (fill,) = [t for t in tests if any(isinstance(x, Alloc) for x in t.then)
+               and t.cond.args[0].lhs == k.loop_ir.allocs[[a.name for a in ir.allocs].index(dc)].shape[0]]
+    (alloc,) = [x for x in fill.then if isinstance(x, Alloc)]
+    assert alloc.zero and alloc.shape[0] == K.IBin("*", K.Int(COPIES), alloc.shape[0].rhs)
+    (groups,) = [x for x in fill.then if isinstance(x, Loop)]
+    assert groups.step == COPIES and (groups.lo, groups.var != before.var) == (before.lo, True)
+    stores = [x for x in walk_stmts(groups.body) if isinstance(x, Store)]
+    assert stores and all(x.array == alloc.name for x in stores)  # dc itself is not touched per point
+    # the nest is printed once, from the first point past the whole groups
+    (rest,) = _nests_into(run.body, dc)
+    assert rest.body == before.body and rest.hi == before.hi and rest.lo != before.lo
     # the parallel variant has the same copies, in its per-thread split and in its serial fallback
     par = printed_ir(ir, True)
-    got = [s for s in walk_stmts(par.body) if isinstance(s, Alloc) and s.zero and isinstance(s.shape[0], K.IBin)
-           and s.shape[0].lhs == K.Int(COPIES)]
+    got = [x for x in walk_stmts(par.body) if isinstance(x, Alloc) and x.zero and isinstance(x.shape[0], K.IBin)
+           and x.shape[0].lhs == K.Int(COPIES)]
     assert len(got) >= 2
+    assert printed_ir(ir) is not None  # and it prints (offsets.py, roll.py accept it)
 
 
 @pytest.mark.parametrize("n,m", [(2000, 3), (1999, 16), (1000, 63), (1000, 64), (15, 5), (16, 5), (17, 1),
