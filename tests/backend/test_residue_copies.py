@@ -6,8 +6,8 @@ The deconvolution's ``dc[k] = Σ_i x[i - k + m - 1]·dY[i]`` is accumulated as
 m = 3 or 16 every iteration of ``i`` waits on the stores of the previous
 one.  The kernel now runs it, when c is shorter than ``SHORT`` and
 ``i`` has at least ``COPIES`` points, into ``COPIES`` copies
-of the slab, iteration ``i`` into copy ``i mod COPIES``, and adds the copies
-into ``dc`` in copy order, then the remaining points in order.
+of the slab, iteration ``i`` into copy ``i mod COPIES``; the points past the
+last whole group go into ``dc`` in order, then the copies in copy order.
 
 Structure (the serial loop IR: the copies under a run-time test, the nest
 printed once for the points past the last whole group, the copies' sum),
