@@ -71,6 +71,7 @@ from . import kir as K
 from .blas import Gemm, View
 from .colsum import column_sums
 from .offsets import hoist_offsets
+from .residues import residue_copies
 from .contract import _map_stmts
 from .deadinit import drop_dead_inits
 from .fission import split_calls
@@ -152,6 +153,24 @@ def _chunked(loop: Loop, accs, depth: int, lines: list) -> None:
         lines.append(f"{ind}    {a} += {a}_p[{c}]\n")
 
 
+def serial_passes(ir: KernelIR) -> KernelIR:
+    """The serial variant's loop passes: row loops sweeping one matrix fused, in a
+    loops-only version (rowfuse.py), independent nests over one domain fused
+    (hfuse.py), reductions with column partial sums (colsum.py: SIMD inner loops),
+    vectorizable calls split out of reduction loops (fission.py), short accumulated
+    slabs kept in private copies per residue of the outer index (residues.py)."""
+    return residue_copies(split_calls(column_sums(fuse_nests(row_fuse(ir)))))
+
+
+def printed_ir(ir: KernelIR, par: bool = False) -> KernelIR:
+    """The loop IR a variant prints: the serial one (``par`` False) or the parallel one."""
+    # the parallel variant: per-thread scatters (parallel_split.py), short slabs in copies as the serial one
+    run = residue_copies(replace(ir, body=split_scatters(ir))) if par else serial_passes(ir)
+    run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
+    run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
+    return drop_dead_inits(run)  # constants overwritten before a read: compile time only (deadinit.py)
+
+
 def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool = True) -> str:
     """Signature: source : KernelIR -> str (a Python module).  ``cache``: let
     Numba cache the compiled code next to the file (off for plain-Python runs)."""
@@ -177,14 +196,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
         _PRINT.intrinsic = not par
-        # serial: row loops sweeping one matrix fused, in a loops-only version
-        # (rowfuse.py), independent nests over one domain fused (hfuse.py), reductions
-        # with column partial sums (colsum.py: SIMD inner loops), vectorizable
-        # calls split out of reduction loops (fission.py)
-        run = replace(ir, body=split_scatters(ir)) if par else split_calls(column_sums(fuse_nests(row_fuse(ir))))
-        run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
-        run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
-        run = drop_dead_inits(run)  # constants overwritten before a read: compile time only (deadinit.py)
+        run = printed_ir(ir, par)
         try:
             _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         finally:

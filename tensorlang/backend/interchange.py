@@ -19,7 +19,10 @@ reads and writes, vectorised by LLVM without reassociation.
 Rounding: the sum indices keep their relative order and are outside the
 gen index moved in, so each element ``D[h]`` receives exactly the terms of
 the gather in exactly the same order: the results are bit-identical to the
-gather's (serial kernel).  The parallel variant runs scatter loops in
+gather's (serial kernel), except for an output shorter than
+``residues.SHORT`` (64) elements accumulated over 4 or more points, which
+the kernel adds in 4 private copies (residues.py: its waits on its
+own stores dominated the deconvolution's gradient).  The parallel variant runs scatter loops in
 per-thread chunks with private partial copies added in chunk order
 (codegen ``split_scatters``): deterministic for a given thread count.
 
