@@ -35,13 +35,12 @@ Every gradient is checked against tensorlang's ``tl.grad`` to 1e-12 relative.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import time
 
 import numpy as np
 
 import numba
+
+from .probe_table import print_table
 
 _OPTS = dict(nogil=True, error_model="numpy", boundscheck=False)
 
@@ -390,29 +389,7 @@ def main(argv=None) -> None:
         "rev_chunked_only": lambda: reverse_chunked(z, c, T, S, g, gn, False),
         "rev_chunked_hot": lambda: reverse_chunked(z, c, T, S, g, gn, True),
     }
-    for fn in methods.values():
-        fn()
-    wall = {k: [] for k in methods}
-    cpu = {k: [] for k in methods}
-    load0 = os.getloadavg()
-    for _ in range(args.repeat):
-        for name, fn in methods.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
-    load1 = os.getloadavg()
-    med = {k: statistics.median(v) for k, v in wall.items()}
-    cmed = {k: statistics.median(v) for k, v in cpu.items()}
-    print(f"n = {n}, T = {T}, {args.repeat} interleaved reps, one thread, load average {load0[0]:.2f} -> {load1[0]:.2f}")
-    print(f"max relative error of the hand gradients against tl.grad: {err:.1e}")
-    print("| method | median wall ms | median CPU ms | CPU / tl primal | CPU / hand primal |")
-    print("|---|---:|---:|---:|---:|")
-    for name in methods:
-        x = cmed[name]
-        print(f"| {name} | {med[name] * 1e3:.2f} | {x * 1e3:.2f} | {x / cmed['tl_primal']:.2f} | {x / cmed['primal']:.2f} |")
-    print(f"tensorlang grad/primal: {cmed['tl_grad'] / cmed['tl_primal']:.2f} (CPU), "
-          f"{med['tl_grad'] / med['tl_primal']:.2f} (wall)")
+    print_table(methods, args.repeat, n, T, err)
 
 
 if __name__ == "__main__":

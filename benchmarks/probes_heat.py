@@ -43,14 +43,13 @@ Every gradient is checked against tensorlang's ``tl.grad`` to 1e-12 relative.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import time
 
 import numpy as np
 
 import numba
 import numba.extending
+
+from .probe_table import print_table
 
 _OPTS = dict(nogil=True, error_model="numpy", boundscheck=False)
 
@@ -465,30 +464,7 @@ def main(argv=None) -> None:
         "rev_blocked2_ix_hot": lambda: reverse_blocked2_ix(z, k, T, S, g, gn, True),
         **{f"rev_blocked{m}_only": (lambda m=m: reverse_blocked(z, k, T, S, g, m)) for m in args.ms},
     }
-    for fn in methods.values():
-        fn()
-    wall = {name: [] for name in methods}
-    cpu = {name: [] for name in methods}
-    load0 = os.getloadavg()
-    for _ in range(args.repeat):
-        for name, fn in methods.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
-    load1 = os.getloadavg()
-    med = {name: statistics.median(v) for name, v in wall.items()}
-    cmed = {name: statistics.median(v) for name, v in cpu.items()}
-    print(f"n = {n}, T = {T}, {args.repeat} interleaved reps, one thread, load average {load0[0]:.2f} -> {load1[0]:.2f}")
-    print(f"max relative error of the hand gradients against tl.grad: {max(errs.values()):.1e}")
-    print("| method | median wall ms | median CPU ms | CPU us/step | CPU / tl primal | CPU / hand primal |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name in methods:
-        c = cmed[name]
-        print(f"| {name} | {med[name] * 1e3:.2f} | {c * 1e3:.2f} | {c / T * 1e6:.1f} | {c / cmed['tl_primal']:.2f} "
-              f"| {c / cmed['primal']:.2f} |")
-    print(f"tensorlang grad/primal: {cmed['tl_grad'] / cmed['tl_primal']:.2f} (CPU), "
-          f"{med['tl_grad'] / med['tl_primal']:.2f} (wall)")
+    print_table(methods, args.repeat, n, T, max(errs.values()), steps=True)
 
 
 if __name__ == "__main__":
