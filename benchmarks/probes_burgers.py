@@ -128,9 +128,10 @@ def _gamma(g, j, c, n):
     return r
 
 
-@numba.njit(**_OPTS)
-def _update(g, gn, u, c, n):
-    """μ_i = λ_i + γ_i max(u_i, 0) [i <= n-2] + γ_{i-1} min(u_i, 0) [i >= 1]."""
+@numba.njit(inline="always", **_OPTS)
+def _borders(g, gn, u, c, n):
+    """The adjoint step at the two border points (i = 0, n - 1): their upwind
+    terms exist only on the side that has a neighbour."""
     for i in (0, n - 1):
         m = g[i]
         if i <= n - 2:
@@ -138,6 +139,12 @@ def _update(g, gn, u, c, n):
         if i >= 1:
             m += _gamma(g, i - 1, c, n) * min(u[i], 0.0)
         gn[i] = m
+
+
+@numba.njit(**_OPTS)
+def _update(g, gn, u, c, n):
+    """μ_i = λ_i + γ_i max(u_i, 0) [i <= n-2] + γ_{i-1} min(u_i, 0) [i >= 1]."""
+    _borders(g, gn, u, c, n)
     gl = _gamma(g, 0, c, n)
     for i in range(1, n - 1):
         gr = c * (g[i + 1] - g[i]) if i + 1 <= n - 2 else -c * g[i]
@@ -152,13 +159,7 @@ def reverse_fused(z, c, T, S, g, gn):
     dc = 0.0
     for t in range(T - 1, -1, -1):
         u = S[t]
-        for i in (0, n - 1):
-            m = g[i]
-            if i <= n - 2:
-                m += _gamma(g, i, c, n) * max(u[i], 0.0)
-            if i >= 1:
-                m += _gamma(g, i - 1, c, n) * min(u[i], 0.0)
-            gn[i] = m
+        _borders(g, gn, u, c, n)
         gl = _gamma(g, 0, c, n)
         fl = _f(u[0], u[1])
         s = 0.0
@@ -195,13 +196,7 @@ def reverse_fused4(z, c, T, S, g, gn):
     dc = 0.0
     for t in range(T - 1, -1, -1):
         u = S[t]
-        for i in (0, n - 1):
-            m = g[i]
-            if i <= n - 2:
-                m += _gamma(g, i, c, n) * max(u[i], 0.0)
-            if i >= 1:
-                m += _gamma(g, i - 1, c, n) * min(u[i], 0.0)
-            gn[i] = m
+        _borders(g, gn, u, c, n)
         gl = _gamma(g, 0, c, n)
         fl = _f(u[0], u[1])
         s0 = s1 = s2 = s3 = 0.0
@@ -241,13 +236,7 @@ def reverse_chunked(z, c, T, S, g, gn, hot, B=256):
     buf = np.empty(B)
     for t in range(T - 1, -1, -1):
         u = S[0] if hot else S[t]
-        for i in (0, n - 1):
-            m = g[i]
-            if i <= n - 2:
-                m += _gamma(g, i, c, n) * max(u[i], 0.0)
-            if i >= 1:
-                m += _gamma(g, i - 1, c, n) * min(u[i], 0.0)
-            gn[i] = m
+        _borders(g, gn, u, c, n)
         s0 = s1 = s2 = s3 = 0.0
         lo = 1
         hi_main = n - 2  # points 1 .. n-3 have i + 1 <= n - 2

@@ -82,18 +82,32 @@ def _step(src, dst, kappa, zero):
 
 
 @numba.njit(**_OPTS)
-def primal(u0, z, kappa, T, a, b):
-    zero = np.zeros(u0.shape[1])
-    a[:, :] = u0
-    for _ in range(T):
-        _step(a, b, kappa, zero)
-        a, b = b, a
+def sq_dist(a, z):
+    """The loss ||a - z||² (heat's and the wave's)."""
     s = 0.0
     for i in range(a.shape[0]):
         for j in range(a.shape[1]):
             d = a[i, j] - z[i, j]
             s += d * d
     return s
+
+
+@numba.njit(inline="always", **_OPTS)
+def _seed(g, uT, z):
+    """λ_T = 2 (u_T - z), the loss's cotangent."""
+    for i in range(g.shape[0]):
+        for j in range(g.shape[1]):
+            g[i, j] = 2.0 * (uT[i, j] - z[i, j])
+
+
+@numba.njit(**_OPTS)
+def primal(u0, z, kappa, T, a, b):
+    zero = np.zeros(u0.shape[1])
+    a[:, :] = u0
+    for _ in range(T):
+        _step(a, b, kappa, zero)
+        a, b = b, a
+    return sq_dist(a, z)
 
 
 @numba.njit(**_OPTS)
@@ -139,9 +153,7 @@ def reverse_fused(z, kappa, T, S, g, gn, hot):
     """reverse_all with the row's stencil, κ̄ term and update in one loop (no temporary row)."""
     n = z.shape[0]
     zero, acc = np.zeros(n), np.zeros(n)
-    for i in range(n):
-        for j in range(n):
-            g[i, j] = 2.0 * (S[T, i, j] - z[i, j])
+    _seed(g, S[T], z)
     for t in range(T - 1, -1, -1):
         u = S[0] if hot else S[t]
         for i in range(n):
@@ -185,9 +197,7 @@ def reverse_ix(z, kappa, T, S, g, gn, hot):
     """reverse_fused by index."""
     n = z.shape[0]
     acc = np.zeros(n)
-    for i in range(n):
-        for j in range(n):
-            g[i, j] = 2.0 * (S[T, i, j] - z[i, j])
+    _seed(g, S[T], z)
     for t in range(T - 1, -1, -1):
         u = S[0] if hot else S[t]
         for i in range(n):
@@ -201,9 +211,7 @@ def reverse_blocked2_ix(z, kappa, T, S, g, gn, hot):
     """reverse_blocked2 by index: λ_{t-1} row r into gn, λ_{t-2} row r-1 back into g."""
     n = z.shape[0]
     acc = np.zeros(n)
-    for i in range(n):
-        for j in range(n):
-            g[i, j] = 2.0 * (S[T, i, j] - z[i, j])
+    _seed(g, S[T], z)
     t = T
     while t >= 2:
         u1 = S[0] if hot else S[t - 1]
@@ -237,9 +245,7 @@ def reverse_all(z, kappa, T, S, g, gn, hot):
     """λ_T = 2 (u_T - z); T plain adjoint steps; returns κ̄ (λ_0 in g or gn)."""
     n = z.shape[0]
     zero, lg, acc = np.zeros(n), np.empty(n), np.zeros(n)
-    for i in range(n):
-        for j in range(n):
-            g[i, j] = 2.0 * (S[T, i, j] - z[i, j])
+    _seed(g, S[T], z)
     for t in range(T - 1, -1, -1):
         _rev_step(g, gn, S[0] if hot else S[t], kappa, lg, acc, zero)
         g, gn = gn, g
@@ -253,9 +259,7 @@ def reverse_blocked(z, kappa, T, S, g, m):
     n = z.shape[0]
     zero, lg, acc = np.zeros(n), np.empty(n), np.zeros(n)
     ring = np.zeros((max(m - 1, 1), 3, n))  # level l (1..m-1) keeps rows r-1, r, r+1 of λ_{t+1-l}
-    for i in range(n):
-        for j in range(n):
-            g[i, j] = 2.0 * (S[T, i, j] - z[i, j])
+    _seed(g, S[T], z)
     t = T  # g holds λ_t
     while t >= m:
         # level l (0-based) produces λ_{t-1-l} from λ_{t-l} with u_{t-1-l}

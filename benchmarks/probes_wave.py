@@ -32,7 +32,7 @@ import numba
 
 from .probe_table import print_table
 
-from .probes_heat import _OPTS, copy_store, read_states
+from .probes_heat import _OPTS, copy_store, read_states, sq_dist
 
 
 @numba.njit(inline="always", **_OPTS)
@@ -58,12 +58,7 @@ def primal(u0, z, c2, T, a, b, e):
     for _ in range(T):
         _wave_step(a, b, e, c2, zero)
         a, b, e = b, e, a
-    s = 0.0
-    for i in range(b.shape[0]):
-        for j in range(b.shape[1]):
-            d = b[i, j] - z[i, j]
-            s += d * d
-    return s
+    return sq_dist(b, z)
 
 
 @numba.njit(**_OPTS)
