@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir import PairT, input_vars
 from ..relation_data import RelationData, relation_data
+from .finite import SCANS
 
 PLAN_LIMIT = 64  # plans kept per callable (an int scalar input's value is part of the key)
 
@@ -97,40 +98,23 @@ def finite_checks(expr, inputs: dict) -> tuple:
     return tuple(out)
 
 
-# Finiteness by a sum: NaN propagates through every addition and an
-# infinity stays infinite or meets the opposite one in a NaN, so a finite
-# sum (of the values, or of their squares) proves every value finite.  Up to
-# DOT_MAX values one BLAS dot ``a @ a`` (0.8 us at 1000 float64, 2 us at
-# 16000, against 1.6 and 3.8 us for ``np.isfinite(a).all()``, which
-# allocates); past it NumPy's own pairwise sum, because OpenBLAS runs a dot
-# over more than 10000 values on several threads, and on a loaded machine
-# waiting for a preempted thread cost 200 us a call.  Neither needs a
-# compiled scan.  A sum that is not finite is a NaN/inf or an overflow
-# (|x| > 1e154 squared, or a huge sum): the exact test decides.
-_DOT = (np.dtype(np.float64), np.dtype(np.float32))
-DOT_MAX = 8192
-
-
 def _all_finite(a: np.ndarray) -> bool:
-    if a.dtype.kind != "f":
+    """Every value of the float array ``a`` is finite: finite.py's compiled
+    scan of the exponent bits for contiguous float64/float32 arrays (the
+    common case), NumPy's exact test otherwise."""
+    scan = SCANS.get(a.dtype)
+    if scan is not None:
+        if a.ndim == 1 and a.flags.c_contiguous:
+            return scan(a)
+        if a.flags.c_contiguous or a.flags.f_contiguous:
+            return scan(a.reshape(-1, order="A"))  # a view: the values in memory order
+    elif a.dtype.kind != "f":
         return True
-    if a.dtype.itemsize > 8:
+    elif a.dtype.itemsize > 8:
         # long double: the kernel runs in float64, where a value past 1.8e308 is
         # an infinity (as the first call's conversion refuses it)
         with np.errstate(over="ignore"):
-            a = a.astype(np.float64)
-    if a.dtype in _DOT and a.flags.c_contiguous:
-        flat = a.reshape(-1)
-        if flat.size <= DOT_MAX:
-            try:
-                if math.isfinite(flat @ flat):
-                    return True
-            except FloatingPointError:  # the caller's np.seterr(over="raise"): finite values may overflow
-                pass  # (np.errstate here would cost more than the dot; the exact test decides)
-        else:
-            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is decided below, not reported
-                if math.isfinite(np.add.reduce(flat)):
-                    return True
+            return _all_finite(a.astype(np.float64))
     return bool(np.isfinite(a).all())
 
 

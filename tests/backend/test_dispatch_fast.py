@@ -99,18 +99,20 @@ def test_temporaries_per_thread_and_shape():
     assert not errors, errors
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.longdouble, np.float16])
 def test_finite_scan_finds_every_non_finite_value(dtype):
-    """The NaN/inf test (a sum of squares up to DOT_MAX values, a sum past
-    it, then the exact test when the sum is not finite): a bad value anywhere
-    is found, alone, beside its opposite infinity, or beside a value whose
-    square overflows; extreme finite values (max, whose square and sums
-    overflow, subnormals, -0.0) are not refused (against np.isfinite);
-    non-contiguous arrays take the exact test."""
-    from tensorlang.backend.dispatch import DOT_MAX, _all_finite
+    """The NaN/inf test (finite.py's exponent scan, NumPy's exact test for
+    other layouts and float types): a bad value anywhere is found, alone,
+    beside its opposite infinity, or beside a value whose square overflows;
+    NaNs of either sign and any payload are found; extreme finite values
+    (max, whose square and sums overflow, subnormals, -0.0) are not refused
+    (against np.isfinite); Fortran-ordered, strided and reversed arrays are
+    tested too."""
+    from tensorlang.backend.dispatch import _all_finite
 
+    M = 8192  # where the old test switched from a self-dot to a plain sum
     rng = np.random.default_rng(0)
-    for n in (0, 1, 7, DOT_MAX, DOT_MAX + 1, 10000, (1 << 16) + 3):
+    for n in (0, 1, 7, M - 1, M, M + 1, 10000, (1 << 16) + 3):
         a = rng.normal(size=n).astype(dtype)
         assert _all_finite(a)
         for bad in (np.nan, np.inf, -np.inf):
@@ -124,19 +126,36 @@ def test_finite_scan_finds_every_non_finite_value(dtype):
                     b[(pos + 1) % n] = np.finfo(dtype).max  # beside a square that overflows
                     assert not _all_finite(b), (n, bad, pos)
     fi = np.finfo(dtype)
+    uint = {np.dtype(np.float64): np.uint64, np.dtype(np.float32): np.uint32}.get(np.dtype(dtype))
+    for n in (5, M + 3) if uint else ():
+        for nan_bits in ({np.uint64: 0xFFF0000000000001, np.uint32: 0xFF800001}[uint],  # negative signalling NaN
+                         {np.uint64: 0x7FF8DEADBEEF0000, np.uint32: 0x7FC0BEEF}[uint]):  # quiet NaN with payload
+            b = np.zeros(n, dtype=dtype)
+            b.view(uint)[n - 2] = nan_bits
+            assert np.isnan(b[n - 2]) and not _all_finite(b)
+    if np.dtype(dtype).itemsize > 8:  # long double: refused past float64's range, where the kernel runs
+        fi = np.finfo(np.float64)
     edge = np.array([fi.max, -fi.max, fi.tiny, fi.smallest_subnormal, 0.0, -0.0], dtype=dtype)
-    assert np.isinf(np.dot(edge, edge))  # the sum of squares overflows: the exact test decides
-    assert _all_finite(edge) == bool(np.all(np.isfinite(edge)))
+    assert _all_finite(edge) and np.all(np.isfinite(edge))
     assert not _all_finite(np.append(edge, np.nan).astype(dtype))
-    big = np.full(DOT_MAX + 5, fi.max, dtype=dtype)  # past DOT_MAX: the plain sum overflows
+    big = np.full(M + 5, fi.max, dtype=dtype)  # a plain sum would overflow
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # and says nothing about it
         assert _all_finite(big) and _all_finite(-big)
+    if np.dtype(dtype).itemsize > 8:
+        assert not _all_finite(big * 4)  # finite as a long double, infinite in float64
     big[-1] = -np.inf
     assert not _all_finite(big)
-    assert _all_finite(rng.normal(size=(30, 40)).astype(dtype)[:, ::2])  # strided
-    assert not _all_finite(np.full((30, 40), np.inf, dtype=dtype)[:, ::2])
-    assert _all_finite(rng.normal(size=(30, 40)).astype(dtype))
+    for shape in ((30, 40), (100, 120)):
+        g = rng.normal(size=shape).astype(dtype)
+        for view in (g[:, ::2], np.asfortranarray(g), g[::-1], g.T):
+            assert _all_finite(view)
+            bad = view.copy(order="K")
+            bad[-1, 0] = np.nan
+            assert not _all_finite(bad), view.flags
+        strided = g.copy()[:, ::2]
+        strided[-1, -1] = np.inf
+        assert not _all_finite(strided)
 
 
 def test_a_dense_program_s_planned_call_touches_no_sparse_machinery(monkeypatch):
