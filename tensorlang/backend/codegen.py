@@ -69,7 +69,7 @@ from dataclasses import fields, replace
 
 from . import kir as K
 from .blas import Gemm, View
-from .colsum import column_sums
+from .colsum import chunk_column_sums, column_sums
 from .offsets import hoist_offsets
 from .residues import residue_copies
 from .contract import _map_stmts
@@ -141,7 +141,9 @@ def _chunked(loop: Loop, accs, depth: int, lines: list) -> None:
         start_e = K.IBin("//", K.IBin("*", K.Name(cnt), K.Name(c)), K.Name(T))
         stop_e = K.IBin("//", K.IBin("*", K.Name(cnt), K.IBin("+", K.Name(c), K.Int(1))), K.Name(T))
         chunk = Loop(v, K.IBin("+", K.Name(lo), start_e), K.IBin("+", K.Name(lo), stop_e), 1, body, loop.kind)
-        _stmts([chunk], depth + 1, False, lines, {})
+        # the chunk's own column partial sums (colsum.py), allocated in the
+        # chunk: SIMD inner loops, as in the serial kernel
+        _stmts(chunk_column_sums(chunk), depth + 1, False, lines, {})
     else:
         lines.append(f"{ind}    for {v}_k in range({start}, {stop}):\n")
         lines.append(f"{ind}        {v} = {lo} + {v}_k * {st}\n")

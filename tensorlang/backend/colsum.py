@@ -136,4 +136,22 @@ def column_sums(ir: KernelIR) -> KernelIR:
     return replace(ir, body=list(body)) if changed[0] else ir
 
 
-__all__ = ["column_sums", "MAX_COLUMNS"]
+def chunk_column_sums(chunk: Loop) -> tuple:
+    """One thread's chunk of a split reduction (parallel_split.py), with its
+    own column partial sums: the statements that replace it, the column
+    arrays allocated in the chunk (private to its thread)."""
+    inner = candidates(chunk)
+    if not inner:
+        return (chunk,)
+    count = [0]
+
+    def fresh(base: str, tag: str) -> str:
+        # the accumulators of a chunk are renamed ``<acc>_q`` (codegen
+        # ``_chunked``), which no other statement names: ``<acc>_q_cw<k>`` is fresh
+        count[0] += 1
+        return f"{base}_c{tag}{count[0]}"
+
+    return _column_form(chunk, inner, fresh)
+
+
+__all__ = ["column_sums", "chunk_column_sums", "MAX_COLUMNS"]

@@ -23,7 +23,7 @@ from . import kir as K
 from .blas import Gemm
 from .contract import _map_stmts
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
-from .rw import names, reads_writes
+from .rw import dead_after, names, reads_writes
 
 # kernel_parallel's extra last argument (no allocator name has an underscore);
 # an argument, not numba.get_num_threads() in the kernel, which would keep
@@ -42,9 +42,10 @@ def _own_break(stmts) -> bool:
     return False
 
 
-def _reduction_vars(loop: Loop, outside: set):
+def _reduction_vars(loop: Loop, rest, results: set):
     """The scalars ``loop`` reduces into, when it is a reduction that can be
-    split into independent chunks; else None."""
+    split into independent chunks; else None.  ``rest``: the statements that
+    run after it, ``results``: the names the kernel returns."""
     if loop.parallel or loop.kind not in ("sum", "rel") or _own_break(loop.body):
         return None
     stmts = list(walk_stmts(loop.body))
@@ -63,8 +64,12 @@ def _reduction_vars(loop: Loop, outside: set):
         return None
     if set(accs) & reads_writes(loop.body, updates=False)[0]:
         return None  # a partial sum read inside the loop: not a plain reduction
-    if written & outside:
-        return None  # a value computed in the loop is read after it
+    # a value computed in the loop and read after it (before being assigned
+    # again) would be some chunk's, not the last iteration's; a later loop
+    # that reuses a name (the peeled borders of a stencil reuse ``i1``,
+    # ``v3``...) assigns it first
+    if written & results or not all(dead_after(w, rest) for w in written):
+        return None
     return tuple(accs)
 
 
@@ -72,25 +77,22 @@ def reductions(ir: KernelIR) -> dict:
     """``id(loop) -> reduction variables`` for the top-level reductions that
     the parallel variant splits into per-thread chunks."""
     out: dict = {}
-    top = []
+    results = set(ir.results)
 
-    def collect(stmts):
-        for s in stmts:
+    def collect(stmts, after: tuple):
+        # ``after``: what runs once ``stmts`` are done (the rest of the enclosing lists)
+        for k, s in enumerate(stmts):
+            rest = tuple(stmts[k + 1:]) + after
             if isinstance(s, Loop):
-                top.append(s)
+                if not s.parallel and s.kind in ("sum", "rel"):
+                    accs = _reduction_vars(s, rest, results)
+                    if accs:
+                        out[id(s)] = accs
             elif isinstance(s, If):
-                collect(s.then)
-                collect(s.orelse)
+                collect(s.then, rest)
+                collect(s.orelse, rest)
 
-    collect(ir.body)
-    cands = [s for s in top if not s.parallel and s.kind in ("sum", "rel")]
-    if not cands:
-        return out
-    for loop in cands:
-        outside = _reads_except(ir.body, loop, set(ir.results))
-        accs = _reduction_vars(loop, outside)
-        if accs:
-            out[id(loop)] = accs
+    collect(tuple(ir.body), ())
     return out
 
 

@@ -213,3 +213,80 @@ def test_automatic_choice_is_serial_when_numba_has_one_thread(monkeypatch):
         assert k(x=xs) == chunked_sum_of_squares(xs, 1)
     finally:
         numba.set_num_threads(old)
+
+
+# -- reductions whose names are reused after them; chunks with column sums -----------
+
+
+def _laplacian_loss():
+    n = tl.size("n")
+    u, f = tl.tensor("u", n, n), tl.tensor("f", n, n)
+    inner = lambda i, j: (i >= 1) & (i < n - 1) & (j >= 1) & (j < n - 1)  # noqa: E731
+    lap = lambda i, j: 4 * u[i, j] - u[i - 1, j] - u[i + 1, j] - u[i, j - 1] - u[i, j + 1]  # noqa: E731
+    return tl.sum([n, n], lambda i, j: tl.iverson(inner(i, j), lap(i, j) ** 2) + (u[i, j] - f[i, j]) ** 2)
+
+
+def _laplacian_ref(u, f):
+    L = 4 * u[1:-1, 1:-1] - u[:-2, 1:-1] - u[2:, 1:-1] - u[1:-1, :-2] - u[1:-1, 2:]
+    return float((L ** 2).sum() + ((u - f) ** 2).sum())
+
+
+def test_a_peeled_stencil_sum_is_split_and_its_chunks_keep_column_sums():
+    """The 5-point loss's sum is lowered as border loops and an interior loop
+    (isl separation) that reuse the names ``i1``, ``v3``...: each loop
+    assigns them before reading them, so the interior loop is still a
+    reduction the parallel variant splits (it was not: the reuse read as a
+    value leaving the loop).  Each chunk keeps its own column partial sums
+    (colsum.py), allocated in the chunk."""
+    from tensorlang.backend.loopir import Alloc, Loop, walk_stmts
+
+    loss = _laplacian_loss()
+    k = tl.compile(loss, threads=2)
+    ir = k.loop_ir
+    red = reductions(ir)
+    interior = [s for s in walk_stmts(ir.body) if isinstance(s, Loop) and id(s) in red
+                and any(isinstance(x, Loop) for x in s.body)]
+    assert interior, "the interior rows' loop is not split"
+    assert "kernel_parallel" in k.source
+    par = k.source[k.source.index("def kernel_parallel"):]
+    assert "_cw" in par  # a chunk's column array
+    from tensorlang.backend.colsum import chunk_column_sums
+
+    (loop,) = interior[:1]
+    stmts = chunk_column_sums(loop)
+    assert isinstance(stmts[0], Alloc) and stmts[0].zero and len(stmts) >= 3
+
+
+@pytest.mark.parametrize("N", [1, 2, 3, 4, 5, 17, 64, 129])
+def test_split_stencil_sum_against_numpy_and_deterministic(N):
+    loss = _laplacian_loss()
+    rng = np.random.default_rng(N)
+    u, f = rng.standard_normal((N, N)), rng.standard_normal((N, N))
+    want = _laplacian_ref(u, f)
+    for th in (1, 2, 3):
+        k = tl.compile(loss, threads=th)
+        got = k(u=u, f=f)
+        assert got == pytest.approx(want, rel=1e-13, abs=1e-13)
+        assert all(k(u=u, f=f) == got for _ in range(5))  # the same result for the same thread count
+
+
+def test_a_value_read_after_a_reduction_keeps_it_serial():
+    """``reductions`` splits a loop only when nothing it assigns is read
+    after it before being assigned again (rw.dead_after): a chunk's last
+    value of ``t`` is not the loop's."""
+    from tensorlang.backend import kir as K
+    from tensorlang.backend.loopir import AccAdd, Assign, KernelIR, Loop
+
+    body = (Assign("t", K.Load("x", (K.Name("i"),))), AccAdd("acc", K.Name("t")))
+    loop = Loop("i", K.Int(0), K.Name("n"), 1, body, "sum")
+
+    def ir(after):
+        return KernelIR(["n", "x"], [], [Assign("acc", K.Float(0.0)), loop, *after], ["acc", "out"])
+
+    read_t = [Assign("out", K.Name("t"))]  # reads the loop's last t
+    assert reductions(ir(read_t)) == {}
+    killed_t = [Assign("t", K.Float(1.0)), Assign("out", K.Name("t"))]  # t assigned again first
+    assert reductions(ir(killed_t)) == {id(loop): ("acc",)}
+    later_loop = [Loop("j", K.Int(0), K.Name("n"), 1, (Assign("t", K.Name("j")), AccAdd("acc", K.Name("t"))), "sum")]
+    assert id(loop) in reductions(ir(later_loop + [Assign("out", K.Float(0.0))]))
+    assert reductions(ir([Assign("out", K.Name("i"))])) == {}  # the loop variable's last value
