@@ -175,3 +175,20 @@ def test_a_partial_negated_copy_is_not_a_sign():
     assert step_signs.copy_of(leaf_copy(n, lambda x: Iverson(sym_aff(i) >= 1, Mul(Const(-1), x))), {}, ds, t) is None
     assert step_signs.copy_of(leaf_copy(n - 1, lambda x: Mul(Const(-1), x)), {}, ds, t) is None
     assert step_signs.copy_of(leaf_copy(n, lambda x: Mul(Const(2), x)), {}, ds, t) is None
+
+
+def test_wave_signs_in_the_parallel_step_programs(monkeypatch):
+    """``threads=2``: the parallel reverse kernel takes the sign too; every
+    point of a gen is the serial expression, so u0's cotangent is the serial
+    one bit for bit (c²'s, a reduction in per-thread chunks, to rounding)."""
+    from benchmarks.wave import data
+
+    d = data({"n": 9, "T": 36}, np.random.default_rng(5))
+    loss, wrt = _wave("all")
+    v1, (gu1, gc1) = tl.value_and_grad(loss, wrt=wrt)(**d)
+    vg2 = tl.value_and_grad(loss, wrt=wrt, threads=2)
+    v2, (gu2, gc2) = vg2(**d)
+    rp = vg2.loop_program._reverse_program()
+    assert rp.par and vg2.loop_program._signs and rp.alias == ((0, 1),)
+    np.testing.assert_array_equal(gu2, gu1)
+    assert float(gc2) == pytest.approx(float(gc1), rel=1e-12) and v2 == pytest.approx(v1, rel=1e-13)
