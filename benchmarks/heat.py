@@ -243,8 +243,9 @@ def measure_steps(n: int, T: int, repeats: int) -> dict:
         s0l, fargs = lp.table_args(values, sizes, s0)
         fp, rp = lp.step_program(), rev._reverse_program()
         ph = LK.build_value(sp.state.type, list(s0l))
-        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, rev.dstate: ph}, sizes, LK.t_name(sp),
-                               LK.row_sources(sp, sizes))
+        signs = {nm: 1.0 for nm in rev._signs.values()}  # (none for heat's one leaf: backend/step_signs.py)
+        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, rev.dstate: ph, **signs}, sizes,
+                               LK.t_name(sp), LK.row_sources(sp, sizes))
         fcode, rcode, _, npool = LA._tables(normalize_checkpoint(ck), T, fp.groups, fp.alias)
         bufs = LK.make_pools(fp.groups, s0l, npool)
         pcode, _, ppool = LK.forward_table(T, fp.groups, fp.alias)
@@ -253,9 +254,10 @@ def measure_steps(n: int, T: int, repeats: int) -> dict:
         hot[:, 2] = np.where(hot[:, 0] == LK.REV, 0, hot[:, 2])  # (a one-leaf state: column 2 is its buffer)
 
         def rsweep(code):
-            ds = [np.ones_like(x) for x in s0l]
-            return lambda: rp.run("rev_prog", None, code, *s0l, *bufs, *ds, *[np.empty_like(x) for x in ds],
-                                  np.float64(0.0), *fargs, *rargs)
+            def run():
+                dp, ids, sgs = LK.cotangent_pools(fp.groups, [np.ones_like(x) for x in s0l])
+                return rp.run("rev_prog", None, code, *s0l, *bufs, *dp, ids, sgs, np.float64(0.0), *fargs, *rargs)
+            return run
 
         fp.run("fwd_prog", None, fcode, *s0l, *bufs, *fargs)
         out[str(ck)] = {"primal_step_us": cpu(lambda: fp.run("fwd_prog", None, pcode, *s0l, *pbufs, *fargs)),

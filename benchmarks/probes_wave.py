@@ -15,7 +15,9 @@ medians, wall medians beside them):
   always ``-b`` of the step before, so one array rotation carries it
   (``b' = 2 b - b_prev + c² L b``: the primal's sweep plus the stored state);
 * ``rev_hot``: that reverse sweep reading ``u_0`` at every step (in cache);
-  ``fwd_only``, ``rev_only``: the sweeps alone.
+  ``fwd_only``, ``rev_only``: the sweeps alone;
+* ``tl_grad_unsigned``: tensorlang's gradient without signed cotangent
+  leaves (``backend/step_signs.py`` off: ``-b`` written every reverse step).
 
 Every gradient is checked against tensorlang's ``tl.grad`` to 1e-12 relative.
 
@@ -131,6 +133,17 @@ def main(argv=None) -> None:
     f = tl.compile(loss)
     gr = tl.grad(loss, wrt=[ins["u0"], ins["c2"]])
     want_u, want_c = gr(**d)
+    # tensorlang's reverse step writing -b as an array (no signed cotangent leaves: the A/B of session 12)
+    from tensorlang.backend import step_signs
+
+    step_signs.ENABLED = False
+    try:
+        gr_old = tl.grad(loss, wrt=[ins["u0"], ins["c2"]])
+        old_u, old_c = gr_old(**d)
+    finally:
+        step_signs.ENABLED = True
+    assert not gr_old.loop_program._signs  # (T < loop_kernel.DRIVER_MIN_STEPS: neither runs a step program)
+    assert np.array_equal(old_u, want_u) and old_c == want_c, "signed cotangent leaves changed the gradient"
     S = np.zeros((T + 2, n, n))
     a, b, e, bp, bb, bn = (np.zeros((n, n)) for _ in range(6))
     u, c2, z = d["u0"], d["c2"], d["z"]
@@ -142,6 +155,7 @@ def main(argv=None) -> None:
     methods = {
         "tl_primal": lambda: f(**d),
         "tl_grad": lambda: gr(**d),
+        "tl_grad_unsigned": lambda: gr_old(**d),
         "primal": lambda: primal(u, z, c2, T, a, b, e),
         "grad_all": lambda: gradient(d, (S, bp, bb, bn)),
         "fwd_only": lambda: forward_all(u, c2, T, S),

@@ -103,6 +103,7 @@ class _Reverse:
         # the per-thread workspaces (``_buffers``); made here, not on first use,
         # so two threads' first calls cannot replace each other's
         self._pool = threading.local()
+        self._signs: dict = {}  # the signed adjoint's sign inputs (``_signed_part``)
 
     def _reverse_program(self):
         """The body adjoint's step kernel with ``rev_prog`` (backend/loop_kernel.py), or None."""
@@ -112,8 +113,37 @@ class _Reverse:
             part, wrt = self.body_vjp
             ok = part not in (None, "identity") and wrt[0] is self.lp.sp.state
             fwd = self.lp.step_program() if ok else None
-            self._rprog = reverse_program(part, fwd, self.lp.sp, wrt, self.dstate) if fwd is not None else None
+            self._rprog = None
+            if fwd is not None:
+                spart, signs = self._signed_part(part, len(wrt))
+                self._rprog = reverse_program(spart, fwd, self.lp.sp, wrt, self.dstate, signs)
+                if self._rprog is None and spart is not part:  # (the signed kernel has no step form)
+                    spart, signs = part, ((), {})
+                    self._rprog = reverse_program(part, fwd, self.lp.sp, wrt, self.dstate)
+                self._rpart, self._signs = spart, signs[1]  # (the reverse step's kernel: for the tests)
         return self._rprog
+
+    def _signed_part(self, part, nwrt):
+        """``(part, signs)``: the body's adjoint with its state-cotangent
+        leaves that are ``±`` another leaf returned as that leaf and their
+        signs carried by the step program (``backend/step_signs.py``; the
+        wave's ``a <- -b`` written no more), or ``part`` as is."""
+        from .backend import step_signs
+        from .backend.loop_kernel import state_leaves
+
+        leaves = state_leaves(self.lp.sp.state.type)
+        ds = next((v for v in input_vars(part.prog) if v.name == self.dstate), None)
+        avoid = {v.name for v in input_vars(self.lp.expr)} | set(self.lp.internal)
+        got = (step_signs.signed_program(part.prog, ds, leaves, nwrt, avoid)
+               if step_signs.ENABLED and ds is not None else None)
+        if got is None:
+            return part, ((), {})
+        prog, found, names = got
+        from . import bounds
+
+        bounds.inherit(prog, part.prog)
+        internal = set(self.lp.internal) | {self.dstate} | set(names.values())
+        return _Part(prog, self.lp.mode, self.lp.compile_fn, internal), (found, names)
 
     def _buffers(self, k: int, shape):
         """Pool ``k`` of the state's leaf buffers (checkpoints and scratch
@@ -154,8 +184,9 @@ class _Reverse:
         s0l, fargs = got
         leaves = LK.state_leaves(sp.state.type)
         ph = LK.build_value(sp.state.type, list(s0l))  # placeholders: the programs pass their own leaves
-        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, self.dstate: ph}, sizes, LK.t_name(sp),
-                               LK.row_sources(sp, sizes))
+        signs = {nm: 1.0 for nm in self._signs.values()}  # placeholders: the program passes each leaf's
+        rargs = LK.kernel_args(rp.base, {**values, sp.state.name: ph, self.dstate: ph, **signs}, sizes,
+                               LK.t_name(sp), LK.row_sources(sp, sizes))
         if rargs is None:
             return None
         fp = lp.step_program()
@@ -165,8 +196,9 @@ class _Reverse:
         # (the buffers are reused: the value must not be one)
         value, ds = finish(LK.build_value(sp.state.type, [LK.leaf_value(bufs, fp.groups, s0l, k, p, copy=True)
                                                           for k, p in enumerate(final)]))
-        # carried and overwritten: private copies
-        dsl = [np.array(LK.leaf(ds, p), dtype=np.float64, order="C") for p, _ in leaves]
+        # carried and overwritten: private copies, in the cotangent pools (step_programs.cotangent_pools)
+        dpools, ids, sgs = LK.cotangent_pools(fp.groups, [np.asarray(LK.leaf(ds, p), dtype=np.float64)
+                                                          for p, _ in leaves])
         xs_ = rdrv_xs(self)
         # the running sums go in, so every policy adds in the same order (t = T-1 … 0)
         xs_ = [self.row_of[x.name][0] if x.name in self.row_of else x for x in xs_]
@@ -177,12 +209,10 @@ class _Reverse:
                 a = _tzeros(x.type, sizes) if acc[x.name] is None else acc[x.name]
                 mine[x.name] = np.array(a, dtype=np.float64) if np.ndim(a) else np.float64(a)
         accs = [mine[x.name] for x in xs_]
-        out = rp.run("rev_prog", lp.threads, rcode, *s0l, *bufs, *dsl, *[np.empty_like(x) for x in dsl], *accs,
-                     *fargs, *rargs)
-        L = len(leaves)
-        for x, a in zip(xs_, out[L:]):
+        out = rp.run("rev_prog", lp.threads, rcode, *s0l, *bufs, *dpools, ids, sgs, *accs, *fargs, *rargs)
+        for x, a in zip(xs_, out):
             acc[x.name] = float(a) if np.ndim(a) == 0 else a
-        return value, LK.build_value(sp.state.type, list(out[:L]))
+        return value, LK.build_value(sp.state.type, LK.cotangent_leaves(fp.groups, dpools, ids, sgs))
 
     def _steps(self, values, sizes, s0, sch, finish, add, acc):
         """(value, the initial state's cotangent): the schedule's actions one

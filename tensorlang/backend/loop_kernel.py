@@ -40,6 +40,8 @@ from .step_programs import (  # noqa: F401
     StepKernel,
     build_value,
     compile_schedule,
+    cotangent_leaves,
+    cotangent_pools,
     forward_program,
     forward_table,
     kernel_args,

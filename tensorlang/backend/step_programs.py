@@ -43,7 +43,7 @@ from .loopir import out_buffer_ir
 
 IN = -1
 FWD, REV = 0, 2
-STEP_VERSION = "s8-steps-4"  # in the step modules' cache keys
+STEP_VERSION = "s12-steps-5"  # in the step modules' cache keys
 
 
 def compile_schedule(sch, T: int, groups=(0,), alias=()):
@@ -391,14 +391,16 @@ def forward_program(part, sp: Split):
     return StepKernel.build(part.fn, pos, leaves, make_src, state=sp.state.name)
 
 
-def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
+def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str, signs=((), {})):
     """The body adjoint's step kernel (the state's cotangent leaves written
-    into buffers) with ``rev_prog(code, s…, pool…, ds…, dsb…, accs…, zf…,
+    into buffers) with ``rev_prog(code, s…, pool…, dp…, ids, sgs, accs…, zf…,
     za…)`` running FWD and REV instructions (the body's steps through
     ``fwd``'s module), or None.  ``wrt``: the adjoint's inputs in output
     order, the state first; the inputs' cotangents accumulate in the order
     ``t = T-1 … 0`` (``acc + step``; a row input's into row ``t`` of its
-    whole input's accumulator), the state's is carried."""
+    whole input's accumulator), the state's is carried in the cotangent
+    pools (comment below).  ``signs``: ``(aliases, sign names)`` of
+    ``step_signs.signed_program`` when ``part`` is the signed adjoint."""
     leaves = state_leaves(sp.state.type)
     if fwd is None or leaves is None or not _usable(part):
         return None
@@ -426,7 +428,10 @@ def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
     if any(w.name in rowset and w.name not in fparam for w in wrt[1:]):
         return None
     fnames = {(sp.state.name, p): f"a{k}" for k, (p, _) in enumerate(leaves)}
-    anames = {**fnames, **{(dstate, p): f"ds{k}" for k, (p, _) in enumerate(leaves)}}
+    anames = {**fnames, **{(dstate, p): f"d{k}" for k, (p, _) in enumerate(leaves)}}
+    found, sign_names = signs
+    anames.update({(nm, ()): f"g{k}" for k, nm in sign_names.items()})
+    csign = {j: c for j, _, c in found}  # an aliased leaf's sign over its source's
     fpos = result_leaves(fwd.base["outputs"], leaves)
     groups = leaf_groups(leaves)
     faliased = dict(fwd.alias)
@@ -439,30 +444,45 @@ def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
         return f"[{p}[1] + t]" if rowset[nm][1] == 1 else f"[{p}[1] - t]"
 
     def make_src(pooled, copied, aliased, par):
+        aliased = aliased or {}
         fpar = par and fwd.par
         zf, fcall = _call(fwd.base, fnames, t_name(sp), [_dst(groups, k) for k in fwd.pooled] + (["nthreads"] if fpar else []),
                           prefix="f", rows=rowset)
-        za, acall = _call(spec, anames, t_name(sp), [f"dsb{k}" for k in (pooled or [])] + (["nthreads"] if par else []),
-                          rows=rowset)
-        head = "".join(f"s{k}, " for k in range(L)) + _pools(groups)
-        head += "".join(f"{x}{k}, " for x in ("ds", "dsb") for k in range(L))
-        lines = [f"def rev_prog{'_par' if par else ''}(code, {head}{''.join(a + ', ' for a in accs)}"
-                 f"{', '.join(zf + za)}{', nthreads' if par else ''}):",
-                 "    for q in range(code.shape[0]):",
-                 "        op = code[q, 0]",
-                 "        t = code[q, 1]"]
+        za, acall = _call(spec, anames, t_name(sp), [f"dp{groups[k]}[n{k}]" for k in (pooled or [])]
+                          + (["nthreads"] if par else []), rows=rowset)
+        head = "".join(f"s{k}, " for k in range(L)) + _pools(groups) + "".join(f"dp{g}, " for g in sorted(set(groups)))
+        lines = [f"def rev_prog{'_par' if par else ''}(code, {head}ids, sgs, {''.join(a + ', ' for a in accs)}"
+                 f"{', '.join(zf + za)}{', nthreads' if par else ''}):"]
+        lines += [f"    i{k} = ids[{k}]" for k in range(L)] + [f"    g{k} = sgs[{k}]" for k in range(L)]
+        lines += ["    for q in range(code.shape[0]):",
+                  "        op = code[q, 0]",
+                  "        t = code[q, 1]"]
         lines += _select(groups, "        ")
         lines += [f"        if op == {FWD}:", f"            fres = _body_step{'_par' if fpar else ''}({', '.join(fcall)})"]
         lines += [line for k in fwd.copied if k not in faliased
                   for line in (f"            b = {_dst(groups, k)}", f"            b[...] = fres[{fpos[k]}]")]
-        lines += ["        else:", f"            res = {'kernel_parallel' if par else 'kernel_serial'}({', '.join(acall)})"]
+        lines += ["        else:"]
+        lines += [f"            d{k} = dp{groups[k]}[i{k}]" for k in range(L)]
+        # a written leaf's buffer: the first of its group's pool that no
+        # current leaf holds (the kernel reads them) nor another written leaf
+        fresh = [k for k in range(L) if k not in aliased]
+        for x, k in enumerate(fresh):
+            held = [f"n{k} == i{m}" for m in range(L) if groups[m] == groups[k]]
+            held += [f"n{k} == n{m}" for m in fresh[:x] if groups[m] == groups[k]]
+            lines += [f"            n{k} = 0", f"            while {' or '.join(held)}:", f"                n{k} += 1"]
+        lines += [f"            res = {'kernel_parallel' if par else 'kernel_serial'}({', '.join(acall)})"]
         # in place for arrays (the caller's private accumulators): acc + step, as added before
         # a row input's cotangent (loops.row_inputs) goes into row t of the whole input's: one row per step
         lines += [f"            {a}{acc_row(j)} += res[{outs[j]}]" for j, a in enumerate(accs)]
-        lines += [line for k in (copied or []) for line in (f"            b = dsb{k}", f"            b[...] = res[{pos[k]}]")]
-        for k in range(L):  # the new cotangent is in dsb: swap
-            lines += [f"            tmp = ds{k}", f"            ds{k} = dsb{k}", f"            dsb{k} = tmp"]
-        lines.append("    return (" + "".join(f"ds{k}, " for k in range(L)) + "".join(a + ", " for a in accs) + ")")
+        lines += [line for k in (copied or []) if k not in aliased
+                  for line in (f"            b = dp{groups[k]}[n{k}]", f"            b[...] = res[{pos[k]}]")]
+        # the new leaves: an aliased one is its source's buffer with the sign times its source's
+        new = [(f"i{aliased[k]}", f"{float(csign.get(k, 1))} * g{aliased[k]}") if k in aliased else (f"n{k}", "1.0")
+               for k in range(L)]
+        lines += [f"            {', '.join(f'i{k}' for k in range(L))}, = {', '.join(i for i, _ in new)},",
+                  f"            {', '.join(f'g{k}' for k in range(L))}, = {', '.join(g for _, g in new)},"]
+        lines += [f"    ids[{k}] = i{k}" for k in range(L)] + [f"    sgs[{k}] = g{k}" for k in range(L)]
+        lines.append("    return (" + "".join(a + ", " for a in accs) + ")")
         return "\n".join(lines) + "\n"
 
     imports = ("\nfrom tensorlang.backend import cache as _loop_cache\n"
@@ -471,7 +491,45 @@ def reverse_program(part, fwd: StepKernel, sp: Split, wrt: list, dstate: str):
                "    raise ImportError('the loop body step kernel is not in the cache')\n"
                "_body_step = _body_entry[0].kernel_serial\n"
                + ("_body_step_par = _body_entry[0].kernel_parallel\n" if fwd.par else ""))
-    return StepKernel.build(part.fn, pos, leaves, make_src, imports)
+    return StepKernel.build(part.fn, pos, leaves, make_src, imports, state=dstate)
+
+
+# # The reverse sweep carries the state's cotangent in pools (one per leaf
+# group, two buffers per leaf of the group) with, per leaf ``k``, its
+# buffer ``i<k>`` and its sign ``g<k>``: the leaf's value is ``g<k> ·
+# dp[i<k>]``.  A leaf the adjoint returns as ``±`` another cotangent leaf
+# (``step_signs``: the wave's ``a <- -b``) takes that leaf's buffer and the
+# product of the signs, with no array write; a written leaf takes a buffer
+# no current leaf holds.  Each step reads at most L buffers and writes at
+# most L others, so 2 per leaf suffice.
+
+
+def cotangent_pools(groups, dsl: list):
+    """``(pools, ids, signs)``: the reverse sweep's cotangent pools holding
+    the leaves ``dsl`` (copied in; each leaf at its rank in its group), the
+    leaves' buffers and signs (int64 and float64 arrays, updated by ``rev_prog``)."""
+    rank, pools, ids = {}, {}, []
+    for k, g in enumerate(groups):
+        ids.append(rank.get(g, 0))
+        rank[g] = ids[-1] + 1
+    for g in sorted(set(groups)):
+        first = next(k for k, h in enumerate(groups) if h == g)
+        pools[g] = np.empty((2 * rank[g],) + np.shape(dsl[first]))
+    for k, g in enumerate(groups):
+        pools[g][ids[k]] = dsl[k]
+    return [pools[g] for g in sorted(pools)], np.array(ids, dtype=np.int64), np.ones(len(groups))
+
+
+def cotangent_leaves(groups, pools, ids, signs) -> list:
+    """The leaves' values after ``rev_prog``: ``sign · buffer``, each its own array."""
+    out, seen = [], set()
+    for k, g in enumerate(groups):
+        buf = pools[g][ids[k]]
+        if signs[k] != 1.0 or (g, ids[k]) in seen:
+            buf = buf * signs[k]  # (a new array: -x exactly)
+        seen.add((g, ids[k]))
+        out.append(buf)
+    return out
 
 
 def kernel_args(spec, values: dict, sizes: dict, t_size, rows=None):

@@ -221,8 +221,9 @@ def test_results_do_not_alias_the_reused_buffers():
 
 def test_pair_state_wave_step_programs(monkeypatch):
     """A pair state (u_prev, u) -> (u, u_next): one buffer set per leaf; the
-    leaf the body returns unchanged (u) is copied by the program, the other
-    written by the kernel; the adjoint writes both cotangent leaves."""
+    leaf the body returns unchanged (u) is shared by the program, the other
+    written by the kernel; the adjoint writes the new cotangent of u and
+    returns u_prev's, ``-b``, as ``b``'s buffer with a sign (backend/step_signs.py)."""
     from benchmarks.wave import data, grad_ref, loss_ref, program
 
     d = data({"n": 6, "T": 40}, np.random.default_rng(3))
@@ -235,7 +236,7 @@ def test_pair_state_wave_step_programs(monkeypatch):
         rev = vg.loop_program
         fp, rp = rev.lp.step_program(), rev._reverse_program()
         assert fp is not None and rp is not None
-        assert (fp.pooled, fp.copied) == ([1], [0]) and (rp.pooled, rp.copied) == ([0, 1], [])
+        assert (fp.pooled, fp.copied) == ([1], [0]) and (rp.pooled, rp.copied, rp.alias) == ([1], [0], ((0, 1),))
         assert v == pytest.approx(loss_ref(d), rel=1e-12)
         np.testing.assert_allclose(gu, want["u0"], rtol=1e-11, atol=1e-12)
         assert gc == pytest.approx(float(want["c2"]), rel=1e-11)
