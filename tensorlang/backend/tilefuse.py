@@ -207,7 +207,7 @@ def _text(e):
 def _params(texts, dims) -> str:
     got = set()
     for t in texts:
-        got |= {w for w in _words(t)}
+        got |= _words(t)
     return ", ".join(sorted(got - set(dims)))
 
 
@@ -376,7 +376,7 @@ def _fuse_at(body: list, k: int, ir: KernelIR, fresh):
     if any(not isinstance(s, _PLAIN) for s in walk_stmts(tl.body)) or has_break(tl.body):
         return None  # an access the proof cannot see, or a tile cut short
     # D's other top-level statements: its allocation before T, the consumers after
-    cons, between = [], []
+    cons = []
     for j, s in enumerate(body):
         if j == k:
             continue
