@@ -72,6 +72,7 @@ from .blas import Gemm, View
 from .colsum import chunk_column_sums, column_sums
 from .offsets import hoist_offsets
 from .residues import residue_copies
+from .tilefuse import tile_consumers
 from .contract import _map_stmts
 from .deadinit import drop_dead_inits
 from .fission import split_calls
@@ -160,8 +161,9 @@ def serial_passes(ir: KernelIR) -> KernelIR:
     loops-only version (rowfuse.py), independent nests over one domain fused
     (hfuse.py), reductions with column partial sums (colsum.py: SIMD inner loops),
     vectorizable calls split out of reduction loops (fission.py), short accumulated
-    slabs kept in private copies per residue of the outer index (residues.py)."""
-    return residue_copies(split_calls(column_sums(fuse_nests(row_fuse(ir)))))
+    slabs kept in private copies per residue of the outer index (residues.py), the
+    consumers of a tiled accumulation run in its tile loop on a tile buffer (tilefuse.py)."""
+    return tile_consumers(residue_copies(split_calls(column_sums(fuse_nests(row_fuse(ir))))))
 
 
 def printed_ir(ir: KernelIR, par: bool = False) -> KernelIR:
