@@ -79,7 +79,7 @@ from .hfuse import fuse_nests
 from .roll import LANES, roll_loops  # LANES: the partial sums of a reduction, here and in roll.py
 from .rowfuse import row_fuse
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
-from .scalars import COMPARISONS, code_fixed, compared_constants
+from .scalars import COMPARISONS, code_fixed, compared_constants, exact_in_float32
 from .parallel_split import SCATTER_SPLIT_FACTOR, THREADS_ARG, _rename_acc, reductions, split_scatters
 from .rw import names, reads_writes
 
@@ -201,12 +201,14 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         lines: list = []
         _PRINT.intrinsic = not par
         _PRINT.compared = compared
+        _PRINT.float32 = dtype == "float32"
         run = printed_ir(ir, par)
         try:
             _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         finally:
             _PRINT.intrinsic = False
             _PRINT.compared = {}
+            _PRINT.float32 = False
         res = [f"{r}.copy()" if r in ir.copies else r for r in ir.results]
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")
         out.append("".join(lines))
@@ -413,6 +415,10 @@ def expr(e: K.KExpr) -> str:
         case K.FNeg(arg=a):
             return f"(-{expr(a)})"
         case K.FPow(base=b, exponent=k):
+            if getattr(_PRINT, "float32", False) and not exact_in_float32(k):
+                # F(k) would round the exponent: x ** 16777217 became x ** 16777216, +1 at
+                # x = -1 (the parity decides the sign); computed in float64, then rounded
+                return f"F(np.power(np.float64({expr(b)}), {k!r}))"
             return f"np.power({expr(b)}, {float_literal(k)})"
         case K.FCall(fn=f, args=args, numpy=True):
             return f"np.{f}({', '.join(expr(a) for a in args)})"

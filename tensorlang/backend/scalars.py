@@ -78,6 +78,12 @@ def _float32_around(c: float):
     return float(f), float(np.nextafter(f, np.float32(np.inf)))
 
 
+def exact_in_float32(c: float) -> bool:
+    """Is the constant c a float32 value (so ``F(c)`` keeps it in a float32 kernel)?"""
+    lo, hi = _float32_around(c)
+    return lo == hi and (lo == c or math.isnan(c))
+
+
 def compared_constants(op: str, a, b):
     """The operands ``(a, b)`` of a float32 kernel's ``a op b`` (op ``>`` or
     ``>=``) with each constant (a ``K.Float``) replaced by a float32 value

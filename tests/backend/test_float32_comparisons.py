@@ -88,3 +88,18 @@ def test_a_let_bound_constant_decides_exactly():
     X64 = X.astype(np.float64)
     want = np.where(X64 > 0.1, 1000.0, 0.0) + 0.1
     np.testing.assert_allclose(make_callable(e, runtime="compiled", threads=1)(x=X), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("k", [16777217, -16777217, 33554435, 1e39, 0.1])
+def test_a_power_keeps_its_exponent(k):
+    """``x ** k`` in a float32 kernel printed ``np.power(x, F(k))``: 16777217 rounded to
+    16777216, so ``(-1) ** 16777217`` was +1 (the exponent's parity decides the sign).
+    An exponent float32 cannot hold is applied in float64, then rounded."""
+    e = tl.gen(n, lambda i: x[i] ** k)
+    X = np.array([-1.0, 1.0, -1.0000001, 0.999999, 2.0, -0.5] * 20, dtype=F32)
+    with np.errstate(all="ignore"):
+        want = np.power(X.astype(np.float64), float(k)).astype(F32)
+    got = make_callable(e, runtime="compiled", threads=1)(x=X)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
