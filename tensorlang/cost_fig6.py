@@ -386,7 +386,7 @@ def _parse_kwargs(expr: Expr, kwargs: dict):
     (``tensorlang.evaluator.relation_dense``); an input array may be given
     instead of sizes, its shape then fixes its sizes.  Unused sizes are
     ignored (a pass may have removed the last use of a size)."""
-    from .evaluator import infer_sizes, relation_dense, _type_shape_leaves
+    from .evaluator import infer_sizes, relation_array, relation_dense, _type_shape_leaves
 
     info = _NAMES.get(expr)
     if info is None:  # the passes' oracle costs one program at many sizes
@@ -397,7 +397,7 @@ def _parse_kwargs(expr: Expr, kwargs: dict):
     arrays: dict = {}
     for k, v in kwargs.items():
         if k in rels:
-            rel_data[k] = v
+            rel_data[k] = relation_array(v, f"relation {k}")  # a scipy matrix or prepared data too
         elif k in ins and not isinstance(v, (int, np.integer)):
             arrays[k] = v
         elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):

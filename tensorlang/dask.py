@@ -462,8 +462,8 @@ class _Sharded:
                 dask_key_name=(f"tensorlang-chunk-{tok}", j),
             )
             tasks.append((j, d))
-        if not tasks:
-            raise InputError(f"the batch is empty ({sv.name} = 0): nothing to shard")
+        if not tasks:  # B = 0: a valid sum of no terms; nothing to shard, so computed here
+            return self._empty(shared, batched)
         # Each chunk's (value, shared gradients) summary is taken where the chunk
         # ran, so the tree reduction moves a few small arrays between workers,
         # never the chunk's batched gradient (n floats per signal).
@@ -485,6 +485,16 @@ class _Sharded:
             *done, top = dask.persist(*[d for _, d in tasks], *level)
             value, shared_g, dtypes = top.compute()
         return value, self._gradients(spec, rows, dict(zip([j for j, _ in tasks], done)), shared_g, dtypes)
+
+    def _empty(self, shared, batched):
+        """An empty batch: the value (0) and gradients from the local callable on the
+        empty arrays, a batched input's gradient as a dask array chunked like it.
+        (Refused before session 12, though tl.value_and_grad computes it.)"""
+        value, grads = _PROGRAMS[self.key](**shared, **{n: np.asarray(x.compute()) for n, x in batched.items()})
+        grads = [grads] if self.single else list(grads)
+        out = [da.from_array(g, chunks=batched[x.name].chunks) if x.name in batched else g
+               for x, g in zip(self.xs, grads)]
+        return value, (out[0] if self.single else tuple(out))
 
     def _gradients(self, spec, rows, done, shared_g, dtypes):
         out, s_it, b_it = [], iter(shared_g), iter(dtypes)

@@ -527,14 +527,28 @@ def _as_array(val, what, dom: Domain, finite: bool = True):
     return arr
 
 
+def relation_array(data, what: str):
+    """Relation data as a boolean table or integer coordinate rows: a
+    scipy.sparse matrix, a prepared ``tl.relation_data`` or a sparse
+    tensor's data give their stored entries (``np.asarray`` made an object
+    array of them, refused as "got dtype object" by the cost model, which
+    took relation data only as arrays; session 12's hunt)."""
+    from .relation_data import RelationData, _is_scipy, relation_data
+
+    if _is_scipy(data) or isinstance(data, RelationData) or isinstance(getattr(data, "rel", None), RelationData):
+        rd = relation_data(data, what)
+        return rd.dense() if rd.shape is not None else rd.coords
+    return data
+
+
 def relation_dense(r: Relation, data, sizes: dict) -> np.ndarray:
     """A relation's value as a dense boolean array of its extents.
 
-    Accepts a boolean array of that shape, or integer coordinate rows of
-    shape ``(nnz, arity)``.
+    Accepts a boolean array of that shape, integer coordinate rows of
+    shape ``(nnz, arity)``, or what :func:`relation_array` converts.
     """
     ext = tuple(a.evaluate(sizes) for a in r.extents)
-    arr = np.asarray(data)
+    arr = np.asarray(relation_array(data, f"relation {r.name}"))
     if arr.dtype == bool:
         if arr.shape != ext:
             raise InputError(f"relation {r.name} must have shape {ext}, got {arr.shape}")

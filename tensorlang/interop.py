@@ -390,6 +390,8 @@ def _torch_to_numpy(t, name: str, torch):
                          "(move it with .cpu())")
     if t.is_complex() or t.dtype == torch.bool:
         raise InputError(f"tl.torch_function: input {name} must be real, got dtype {t.dtype}")
+    if t.dtype == torch.bfloat16:  # NumPy has no bfloat16 (.numpy() raised a TypeError): widened exactly,
+        return t.detach().to(torch.float64).numpy()  # computed in float64 as float16 is (a copy)
     return t.detach().numpy()  # shares memory with the tensor (no copy), whatever its strides
 
 

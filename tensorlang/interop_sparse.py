@@ -138,7 +138,10 @@ def from_torch(t, name: str, torch) -> SparseData:
     if c.dense_dim() != 0:
         raise InputError(f"tl.torch_function: sparse input {name} has {c.dense_dim()} dense dimension(s); "
                          "tensorlang's sparse tensors store one value per coordinate")
-    return host_sparse(c.indices().numpy().T, c.values().numpy(), tuple(c.shape), f"input {name}")
+    vals = c.values()
+    if vals.dtype == torch.bfloat16:  # NumPy has no bfloat16: widened exactly, as interop._torch_to_numpy
+        vals = vals.to(torch.float64)
+    return host_sparse(c.indices().numpy().T, vals.numpy(), tuple(c.shape), f"input {name}")
 
 
 def to_torch(g, like, dtype, torch):

@@ -80,7 +80,7 @@ from .hfuse import fuse_nests
 from .roll import LANES, roll_loops  # LANES: the partial sums of a reduction, here and in roll.py
 from .rowfuse import row_fuse
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
-from .scalars import code_fixed
+from .scalars import COMPARISONS, code_fixed, compared_constants, exact_in_float32
 from .parallel_split import SCATTER_SPLIT_FACTOR, THREADS_ARG, _rename_acc, reductions, split_scatters
 from .rw import names, reads_writes
 
@@ -190,6 +190,10 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         out.append("".join(f"# {line}\n" for line in comment.splitlines()))
     for name, fn in sorted(ir.functions.items()):
         out.append(f"{name} = _function({fn!r}, F)\n")
+    # the comparisons whose constant operands a float32 kernel must round
+    # towards the exact decision (scalars.compared_constants)
+    compared = {name: COMPARISONS[fn] for name, fn in ir.functions.items()
+                if fn in COMPARISONS} if dtype == "float32" else {}
     variants = [("kernel_serial", False)]
     if has_parallel(ir):
         variants.append(("kernel_parallel", True))
@@ -200,11 +204,15 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
         _PRINT.intrinsic = not par
+        _PRINT.compared = compared
+        _PRINT.float32 = dtype == "float32"
         run = printed_ir(ir, par)
         try:
             _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         finally:
             _PRINT.intrinsic = False
+            _PRINT.compared = {}
+            _PRINT.float32 = False
         res = [f"{r}.copy()" if r in ir.copies else r for r in ir.results]
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")
         out.append("".join(lines))
@@ -411,10 +419,17 @@ def expr(e: K.KExpr) -> str:
         case K.FNeg(arg=a):
             return f"(-{expr(a)})"
         case K.FPow(base=b, exponent=k):
+            if getattr(_PRINT, "float32", False) and not exact_in_float32(k):
+                # F(k) would round the exponent: x ** 16777217 became x ** 16777216, +1 at
+                # x = -1 (the parity decides the sign); computed in float64, then rounded
+                return f"F(np.power(np.float64({expr(b)}), {k!r}))"
             return f"np.power({expr(b)}, {float_literal(k)})"
         case K.FCall(fn=f, args=args, numpy=True):
             return f"np.{f}({', '.join(expr(a) for a in args)})"
         case K.FCall(fn=f, args=args):
+            op = getattr(_PRINT, "compared", {}).get(f)
+            if op is not None and len(args) >= 2:  # float32 kernel: constants decide exactly (scalars.COMPARISONS)
+                args = (*compared_constants(op, args[0], args[1]), *args[2:])
             return f"{f}({', '.join(expr(a) for a in args)})"
     raise TypeError(f"not a kernel-IR expression: {e!r}")
 

@@ -73,7 +73,8 @@ class ExprLowering:
             case Const(value=v):
                 return [], K.Float(const_value(v, e))
             case Var() | Proj():
-                return [], K.Name(self.scalar_var(e))
+                got = self.constants.get(e)
+                return [], got if got is not None else K.Name(self.scalar_var(e))
             case Access():
                 base, idx = accesses(e)
                 if isinstance(base, SparseVar):
@@ -138,6 +139,10 @@ class ExprLowering:
                 s0, c0 = self.scalar(e0, sc)
                 name = self.local()
                 self.scalars[v] = name
+                if isinstance(c0, K.Float) and not s0:
+                    self.constants[v] = c0
+                else:  # (a var bound again: never the earlier constant)
+                    self.constants.pop(v, None)
                 s1, c1 = self.scalar(e1, sc)
                 return s0 + [Assign(name, c0)] + s1, c1
             case _:

@@ -131,6 +131,9 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
         self.stored: dict = {}  # (extents, canonical element) -> let Var of a stored gen binding (elements.py)
         self.arrays: dict = {}  # let Var -> (kernel name, extents)
         self.scalars: dict = {}  # let Var -> kernel name
+        # scalar lets bound to a constant -> the constant (K.Float): read as the literal, so a
+        # float32 kernel's comparison sees it (scalars.compared_constants)
+        self.constants: dict = {}
         self.witnesses: list = []  # (input leaf, scalar): its finiteness witness (blas.finite_witness)
 
     def dense_shape(self, base):
@@ -168,6 +171,10 @@ class Lowerer(ExprLowering, RelationLowering, PredicateLowering):
             st, code = self.scalar(body, self.scope0)
             name = self.local()
             self.scalars[x] = name
+            if isinstance(code, K.Float) and not st:
+                self.constants[x] = code
+            else:
+                self.constants.pop(x, None)
             return st + [Assign(name, code)]
         stmts = self.array_binding(x, gb, body, self.scope0, role)
         if canon is not None and x not in self.packed and isinstance(canon, (Call, Add, Mul)):

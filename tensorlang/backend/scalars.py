@@ -27,6 +27,7 @@ again, never served stale; any other function is compiled in every process.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import types
 
@@ -49,6 +50,58 @@ def builtin(fn: str, args: tuple):
     if fn == "sigmoid":
         return K.FDiv(K.Float(1.0), K.FSum((K.Float(1.0), K.FCall("exp", (K.FNeg(args[0]),)))))
     return None
+
+
+# The value comparisons (conditionals.py): ``select_gt(a, b, e1, e2)`` tests
+# ``a > b`` and ``select_ge`` tests ``a >= b``.  In a float32 kernel a
+# constant operand printed as ``F(c)`` is rounded to nearest, so ``x >= 1e-46``
+# became ``x >= 0`` and ``x > 0.1`` at ``x = float32(0.1)`` (0.10000000149...)
+# became a tie: the branch taken, and the derivative of ``where``,
+# ``maximum``, ``minimum`` at the point, differed from the evaluator's exact
+# comparison of the same float32 value with c (and so changed with the size,
+# where the auto runtime picks the evaluator).  :func:`compared_constants`
+# rounds such a constant towards the side that keeps every float32 decision
+# exact (tests/backend/test_float32_comparisons.py).
+COMPARISONS = {"select_gt": ">", "select_ge": ">="}
+
+
+def _float32_around(c: float):
+    """(largest float32 <= c, smallest float32 >= c) as Python floats (±inf beyond the range)."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        f = np.float32(c)
+    if math.isnan(c) or float(f) == c:
+        return float(f), float(f)
+    if float(f) > c:
+        return float(np.nextafter(f, np.float32(-np.inf))), float(f)
+    return float(f), float(np.nextafter(f, np.float32(np.inf)))
+
+
+def exact_in_float32(c: float) -> bool:
+    """Is the constant c a float32 value (so ``F(c)`` keeps it in a float32 kernel)?"""
+    lo, hi = _float32_around(c)
+    return lo == hi and (lo == c or math.isnan(c))
+
+
+def compared_constants(op: str, a, b):
+    """The operands ``(a, b)`` of a float32 kernel's ``a op b`` (op ``>`` or
+    ``>=``) with each constant (a ``K.Float``) replaced by a float32 value
+    that decides every float32 operand as the exact comparison with the
+    constant does: ``x > c`` iff ``x > floor32(c)``, ``x >= c`` iff
+    ``x >= ceil32(c)``, and mirrored for a constant on the left.  Two
+    constants: the comparison is decided here, as ``1 op 0`` or ``0 op 1``."""
+    ca, cb = isinstance(a, K.Float), isinstance(b, K.Float)
+    if ca and cb:
+        holds = a.value > b.value if op == ">" else a.value >= b.value
+        return (K.Float(1.0), K.Float(0.0)) if holds else (K.Float(0.0), K.Float(1.0))
+    if cb:
+        lo, hi = _float32_around(b.value)
+        b = K.Float(lo if op == ">" else hi)
+    if ca:
+        lo, hi = _float32_around(a.value)
+        a = K.Float(hi if op == ">" else lo)
+    return a, b
 
 
 def power_exponent(fn: str):

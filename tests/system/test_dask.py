@@ -123,6 +123,18 @@ def test_local_scheduler_without_a_client():
     assert_same(got, want)
 
 
+def test_an_empty_batch_is_a_sum_of_no_terms():
+    """B = 0 is a valid program (the loss is 0, every gradient 0): it was refused as "nothing to
+    shard" though tl.value_and_grad computes it (session 12's hunt)."""
+    data = deconv_data()
+    data = {"x": data["x"][:0], "z": data["z"][:0], "w": data["w"]}
+    want = tl.value_and_grad(deconv, [x, w])(**data)
+    got = tld.value_and_grad(deconv, [x, w], batch=b)(x=da.from_array(data["x"], chunks=(1, -1)), z=data["z"], w=data["w"])
+    assert got[1][0].shape == data["x"].shape and isinstance(got[1][0], da.Array)
+    assert_same(got, want)
+    assert got[0] == 0 and not np.any(got[1][1])
+
+
 # -- on the cluster ---------------------------------------------------------------
 
 

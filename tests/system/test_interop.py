@@ -192,6 +192,40 @@ def test_torch_only_needed_gradients_and_float32():
     assert F(x=big[::2], c=torch.tensor(d["c"]), z=torch.tensor(d["z"])).item() == pytest.approx(tl.evaluate(deconv_loss, **d), rel=1e-12)
 
 
+def test_torch_bfloat16_inputs_are_widened_not_a_crash():
+    """NumPy has no bfloat16: ``Tensor.numpy()`` raised a TypeError from inside the wrapper
+    (session 12's hunt).  bfloat16 values, dense or a sparse tensor's, are widened exactly and
+    computed in float64, as float16 ones are; each gradient comes back in its input's dtype."""
+    torch = pytest.importorskip("torch")
+    import scipy.sparse as sp
+
+    d = deconv_data()
+    F = tl.torch_function(deconv_loss)
+    X = torch.tensor(d["x"], dtype=torch.bfloat16, requires_grad=True)
+    C, Z = torch.tensor(d["c"], dtype=torch.bfloat16), torch.tensor(d["z"], dtype=torch.bfloat16)
+    val = F(x=X, c=C, z=Z)
+    val.backward()
+    exact = {k: v.to(torch.float64).numpy() for k, v in (("x", X.detach()), ("c", C), ("z", Z))}
+    assert val.item() == pytest.approx(tl.evaluate(deconv_loss, **exact), rel=1e-12)
+    assert X.grad.dtype == torch.bfloat16
+    np.testing.assert_allclose(X.grad.to(torch.float64).numpy(), tl.grad(deconv_loss, wrt=x)(**exact), rtol=1e-2, atol=1e-2)
+
+    nn_, mm_ = tl.sizes("nn_ mm_")
+    S = tl.relation("S", nn_, mm_)
+    A = tl.sparse_tensor("A", S)
+    v = tl.tensor("v", mm_)
+    loss = tl.sum(nn_, lambda i: tl.sum(mm_, lambda j: A[i, j] * v[j]) ** 2)
+    Am = sp.random(12, 7, density=0.3, random_state=0, format="coo")
+    At = torch.sparse_coo_tensor(np.stack([Am.row, Am.col]), Am.data, Am.shape).to(torch.bfloat16).coalesce()
+    At.requires_grad_(True)
+    Vt = torch.ones(7, dtype=torch.bfloat16)
+    out = tl.torch_function(loss)(A=At, v=Vt)
+    out.backward()
+    D = At.detach().to(torch.float64).to_dense().numpy()
+    assert out.item() == pytest.approx(float(np.sum((D @ np.ones(7)) ** 2)), rel=1e-12)
+    assert At.grad.dtype == torch.bfloat16 and At.grad.layout == torch.sparse_coo
+
+
 def test_torch_training_loop_decreases_the_loss():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
