@@ -72,7 +72,7 @@ IDLE_MARGIN = 0.5
 # faults against 5 ms to write it again (measured on this machine).
 OUT_POOL_MIN = 16 << 20
 OUT_KEEP = 2  # buffers kept per output: an optimiser's ``g = grad(x)`` holds one while the next is made
-CODEGEN_VERSION = "s12-merge3"  # in every cache key: the generated source changed
+CODEGEN_VERSION = "s12-variants"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
@@ -148,9 +148,13 @@ class Kernel:
                 got = _Variant(key, hit[0], hit[1], hit[2], True)
             else:  # code generation (and its modules) only on a miss: a warm process imports none of it
                 from .codegen import source
+                from .size_classes import spec_tests
 
                 ir, spec = self.lowered()
-                src = source(ir, dtype)
+                tests: list = []
+                src = source(ir, dtype, tests=tests)
+                if tests:  # the size tests a call's class is made of (size_classes.py), in every later spec
+                    spec = dict(spec, size_tests=spec_tests(tests, ir))
                 got = _Variant(key, _cache.store(key, src, spec), spec, src, False, ir)
         self._variants[dtype] = got
         return got
@@ -171,31 +175,78 @@ class Kernel:
                 got = _Variant(key, hit[0], hit[1], hit[2], True)
             else:
                 from .codegen import source
-                from .loopir import out_buffer_ir
 
-                ir, spec = self.lowered()
-                dims = dict((nm, d) for nm, d in spec["output_arrays"])
-                seen: set = set()
-                positions = [j for j, r in enumerate(ir.results) if r in dims and not (r in seen or seen.add(r))]
-                made = out_buffer_ir(ir, positions)
+                made = self._out_ir(self.lowered()[1])
                 if made is not None:
-                    ir2, names, _ = made
-                    spec2 = dict(spec, output_buffers=[[nm, dims[nm]] for nm in names])
+                    ir2, spec2 = made
                     src = source(ir2, dtype)
                     got = _Variant(key, _cache.store(key, src, spec2), spec2, src, False, ir2)
         self._variants[k] = got
         return got
 
+    def _out_ir(self, spec):
+        """``(loop IR, spec)`` of the output-buffer variant (``out_variant``), or None."""
+        from .loopir import out_buffer_ir
+
+        ir, _ = self.lowered()
+        dims = dict((nm, d) for nm, d in spec["output_arrays"])
+        seen: set = set()
+        positions = [j for j, r in enumerate(ir.results) if r in dims and not (r in seen or seen.add(r))]
+        made = out_buffer_ir(ir, positions)
+        if made is None:
+            return None
+        ir2, names, _ = made
+        return ir2, dict(spec, output_buffers=[[nm, dims[nm]] for nm in names])
+
+    def class_variant(self, base, dtype: str, bits: str, truth: dict):
+        """``base`` (the kernel's variant or its output-buffer variant) compiled
+        for one size class (size_classes.py: ``bits`` the values of its size
+        tests, ``truth`` the same as cond -> bool): the versions those sizes
+        cannot take are not printed.  Its own cache entry (the key names the
+        class); right at every size, as ``base`` is."""
+        out = base.spec.get("output_buffers") is not None
+        k = ("class", dtype, out, bits)
+        if k in self._variants:
+            return self._variants[k]
+        key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype)
+                                 + ("|output-buffers" if out else "") + f"|class={bits}")
+        hit = _cache.load(key, self.prepared, self.mode)
+        if hit is not None:
+            got = _Variant(key, hit[0], hit[1], hit[2], True)
+        else:
+            from .codegen import source
+
+            ir, _ = self.lowered()
+            made = self._out_ir(self.lowered()[1]) if out else (ir, None)
+            if made is None:  # as out_variant found (it made ``base``): cannot happen, keep ``base``
+                got = base
+            else:
+                src = source(made[0], dtype, truth=truth)
+                got = _Variant(key, _cache.store(key, src, base.spec), base.spec, src, False, made[0])
+        self._variants[k] = got
+        return got
+
     def _sized_variant(self, var, dname: str, sizes: dict):
-        """``var``, or its output-buffer variant when the call's output arrays
-        are large (``OUT_POOL_MIN``)."""
+        """The variant a call with these sizes runs (once per call signature,
+        when its plan is made): ``var``, or its output-buffer variant when the
+        call's output arrays are large (``OUT_POOL_MIN``), compiled for the
+        call's size class when its size tests leave versions out
+        (size_classes.py)."""
+        if self.python:
+            return var
+        base = var
         outs = var.spec.get("output_arrays")
-        if not outs or self.python:
-            return var
-        n = sum(math.prod(_shape_at(dims, sizes)) for _, dims in outs)
-        if n * np.dtype(DTYPES[dname]).itemsize < OUT_POOL_MIN:
-            return var
-        return self.out_variant(dname) or var
+        if outs:
+            n = sum(math.prod(_shape_at(dims, sizes)) for _, dims in outs)
+            if n * np.dtype(DTYPES[dname]).itemsize >= OUT_POOL_MIN:
+                base = self.out_variant(dname) or var
+        tests = var.spec.get("size_tests")
+        if not tests or classes_off():
+            return base
+        from .size_classes import size_class
+
+        got = size_class(tests, [sizes[s] for s in var.spec["sizes"]])
+        return base if got is None else self.class_variant(base, dname, *got)
 
     def _out_buffers(self, outs, dtype) -> list:
         """The output buffers ``(name, shape)`` of a call: per thread, a buffer
@@ -456,6 +507,12 @@ def _witnessed(witness, res, values: dict) -> None:
     for name, path, k in witness:
         if not math.isfinite(res[k]):
             check_finite(values, ((name, path),))
+
+
+def classes_off() -> bool:
+    """``TENSORLANG_SIZE_CLASSES=0``: every call runs the all-versions kernel
+    (size_classes.py), for A/B measurements and tests."""
+    return os.environ.get("TENSORLANG_SIZE_CLASSES", "1") == "0"
 
 
 def cores_free() -> bool:

@@ -210,13 +210,15 @@ def lower_gemm(lw, x, gb, rhs, stmts: list) -> list:
         # vᵀA past the caches: the loops, row by row (a row loop over A that
         # rowfuse.py can share with the other sweeps of A in the kernel)
         use = K.and_of([use, _small(dims)])
-        return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), _rows_vtA(lw, name, lhs.array, rhs_v.array, dims))]
+        return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), _rows_vtA(lw, name, lhs.array, rhs_v.array, dims),
+                             general="orelse")]
     if wit is None:
         # the loops run only below BLAS_MIN_WORK or at an extent 0 (cold)
-        return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]), cold=True)]
+        return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]), cold=True, general="orelse")]
     # a matrix past the caches: the loops, which witness its finiteness (below)
     use = K.and_of([use, _small(dims)])
-    return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]))] + finite_witness(lw, wit, name, got.dims[0], use)
+    return [stmts[0], If(use, (Gemm(name, lhs, rhs_v),), tuple(stmts[1:]), general="orelse")] + \
+        finite_witness(lw, wit, name, got.dims[0], use)
 
 
 def _small(dims) -> K.KExpr:

@@ -79,6 +79,7 @@ from .fission import split_calls
 from .hfuse import fuse_nests
 from .roll import LANES, roll_loops  # LANES: the partial sums of a reduction, here and in roll.py
 from .rowfuse import row_fuse
+from .size_classes import decide, version_tests
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 from .scalars import COMPARISONS, code_fixed, compared_constants, exact_in_float32
 from .parallel_split import SCATTER_SPLIT_FACTOR, THREADS_ARG, _rename_acc, reductions, split_scatters
@@ -166,18 +167,24 @@ def serial_passes(ir: KernelIR) -> KernelIR:
     return tile_consumers(residue_copies(split_calls(column_sums(fuse_nests(row_fuse(ir))))))
 
 
-def printed_ir(ir: KernelIR, par: bool = False) -> KernelIR:
-    """The loop IR a variant prints: the serial one (``par`` False) or the parallel one."""
+def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> KernelIR:
+    """The loop IR a variant prints: the serial one (``par`` False) or the parallel one;
+    ``truth``: a size class's test values (size_classes.py), the versions it cannot take dropped."""
     # the parallel variant: per-thread scatters (parallel_split.py), short slabs in copies as the serial one
     run = residue_copies(replace(ir, body=split_scatters(ir))) if par else serial_passes(ir)
+    if truth:  # after the passes that make versions, before those that tune what is printed
+        run = replace(run, body=list(decide(run.body, truth)))
     run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
     run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
     return drop_dead_inits(run)  # constants overwritten before a read: compile time only (deadinit.py)
 
 
-def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool = True) -> str:
+def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool = True,
+           truth: dict | None = None, tests: list | None = None) -> str:
     """Signature: source : KernelIR -> str (a Python module).  ``cache``: let
-    Numba cache the compiled code next to the file (off for plain-Python runs)."""
+    Numba cache the compiled code next to the file (off for plain-Python runs).
+    ``truth``: print a size class's variant (``printed_ir``); ``tests``: a list
+    receiving the kernel's size tests (size_classes.version_tests)."""
     # Numba's cache of this file would not notice a called function changing
     # (its key covers only this file), so a kernel calling a user function is
     # cached only when every such function's machine code is fixed by its
@@ -206,7 +213,9 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         _PRINT.intrinsic = not par
         _PRINT.compared = compared
         _PRINT.float32 = dtype == "float32"
-        run = printed_ir(ir, par)
+        run = printed_ir(ir, par, truth)
+        if tests is not None:
+            version_tests(ir, [run], tests)
         try:
             _stmts(run.body, 1, par, lines, reductions(run) if par else {})
         finally:
@@ -268,6 +277,13 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 step = f", {st}" if st != 1 else ""
                 lines.append(f"{ind}for {v} in {rng}({expr(lo)}, {expr(hi)}{step}):\n")
                 _stmts(b, depth + 1, par, lines, {})
+            case If(cond=K.Bool(value=v), then=t, orelse=e):  # decided for a size class (size_classes.py)
+                plain = getattr(_PRINT, "plain", False)
+                _PRINT.plain = plain or (s.cold and not v)
+                try:
+                    _stmts(t if v else e, depth, par, lines, red)
+                finally:
+                    _PRINT.plain = plain
             case If(cond=c, then=t, orelse=e):
                 lines.append(f"{ind}if {expr(c)}:\n")
                 _stmts(t, depth + 1, par, lines, red)

@@ -197,7 +197,7 @@ def split_calls(ir: KernelIR) -> KernelIR:
         changed[0] = True
         split = substitute_stmts([top], sub)[0]
         cond = tests[0] if len(tests) == 1 else K.BoolOp("and", tuple(tests))
-        return (If(cond, tuple(pre) + (split,), (top,)),)
+        return (If(cond, tuple(pre) + (split,), (top,), general="orelse"),)  # top: right at every size (size_classes.py)
 
     body = map_outer_loops(ir.body, rewrite)
     return replace(ir, body=list(body)) if changed[0] else ir

@@ -34,12 +34,18 @@ class If:
     where its speed cannot matter (the loops behind a BLAS call, taken below
     ``blas.BLAS_MIN_WORK`` multiply-adds or at an extent 0); the printer
     emits them plainly, without partial-sum lanes (codegen.py), which saves
-    their share of Numba's compile time (issue #14 item 6)."""
+    their share of Numba's compile time (issue #14 item 6).  ``general``: see
+    below and size_classes.py (a kernel compiled for one size class takes the
+    general side of such a test whose condition is known there)."""
 
     cond: KExpr
     then: tuple
     orelse: tuple = ()
     cold: bool = False
+    # a size-class version choice (size_classes.py): "then" or "orelse" names the side that
+    # computes the right value at every size (the other is a faster or cheaper version, right
+    # where ``cond`` sends it); "" an ordinary conditional, never decided at compile time
+    general: str = ""
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,14 @@ The rewrite keeps ``COPIES`` = 4 private copies of the slab, ``W[l, h]``,
 and sends iteration ``r`` to copy ``(r - lo) mod COPIES``::
 
     q = r_lo
-    if len(D) < SHORT and r_hi - r_lo >= COPIES:
+    if len(D) < SHORT and r_hi - r_lo >= RUN_MIN:
         s = hh - hl;  W = zeros(COPIES·s);  q = r_lo + whole groups of COPIES
         for r0 in range(r_lo, q, COPIES):
             for l in range(COPIES):          # unrolled by LLVM: COPIES independent slabs
                 r = r0 + l
                 for h in range(hl, hh): W[l·s + h - hl] += e(r, h)
     for r in range(q, r_hi): for h in range(hl, hh): D[h] += e(r, h)   # the nest as it was
-    if len(D) < SHORT and r_hi - r_lo >= COPIES:
+    if len(D) < SHORT and r_hi - r_lo >= RUN_MIN:
         for h in range(hl, hh): D[h] = D[h] + W[0, h] + … + W[COPIES - 1, h]
 
 so consecutive iterations of ``r`` store to different copies, and the
@@ -45,7 +45,14 @@ than the latency of a store-forwarded add to hide.  The test is on the
 whole array ``D``, not on the slab: a long ``D`` has a short slab only in
 its last tile, whose waits cost at most 10 cycles per ``r`` against at
 least 256 vector operations per ``r`` for each full tile (under 4%), and
-keeps its order of additions (interchange.py's column sums).
+keeps its order of additions (interchange.py's column sums).  ``RUN_MIN``
+= 1024: a shorter ``r`` loop saves at most a microsecond a call (measured,
+session 12, serial gradient kernel, alternated, load 1.4-2.2: m = 3, n =
+256: 19.7 against 18.4 us, n = 1024: 24.6 against 25.8, n = 4096: 22.3
+against 32.2; m = 16: 10.7 / 11.0, 16.6 / 17.5, 40.1 / 43.9), while the
+copies are a second version of the nest for Numba to compile; with both
+tests size-only, a kernel compiled for sizes where they fail prints no
+copies at all (size_classes.py, issue #14: the cold first gradient).
 
 Applies to a unit-step loop ``R`` whose body is one unit-step loop ``H``
 whose body is one store ``D[p…, h] = D[p…, h] + t₁ + …``: ``D`` an array
@@ -75,6 +82,7 @@ from .loopir import Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
 from .rw import names, reads_writes
 
 COPIES = 4  # private copies of a short slab (module doc)
+RUN_MIN = 1024  # points of r from which the copies are taken (module doc), at least COPIES
 SHORT = 64  # arrays shorter than this are accumulated in copies (module doc)
 
 
@@ -127,7 +135,7 @@ def _split(r, extent, fresh) -> tuple:
     d, hv = st.array, h.var
     s, q, w, r0, lane, acc = fresh("v"), fresh("v"), fresh("t"), fresh("i"), fresh("i"), fresh("v")
     n_r = K.IBin("-", r.hi, r.lo)
-    test = K.and_of([K.Cmp("<", extent, K.Int(SHORT)), K.Cmp(">=", n_r, K.Int(COPIES))])
+    test = K.and_of([K.Cmp("<", extent, K.Int(SHORT)), K.Cmp(">=", n_r, K.Int(RUN_MIN))])
     at = (K.IBin("+", K.IBin("*", K.Name(lane), K.Name(s)), K.IBin("-", K.Name(hv), h.lo)),)
     # R's variable is set per copy, not substituted: its loads stay at a plain name, which
     # offsets.py leaves as it is (a hoisted max(0, r0 + l) base kept a 3 -> 16 point loop
@@ -149,7 +157,10 @@ def _split(r, extent, fresh) -> tuple:
     combine = replace(h, body=(Assign(acc, K.Load(d, st.index, True)), back, Store(d, st.index, K.Name(acc))))
     # the points past the last whole group (every point when the test fails) run the nest as it
     # was, in order, before the copies are added: one copy of the nest serves both cases
-    return (Assign(q, r.lo), If(test, copies), replace(r, lo=K.Name(q)), If(test, (combine,)))
+    # both tests a size-class choice whose general side is the nest alone (size_classes.py): a
+    # kernel compiled for sizes where the test fails prints neither the copies nor their sum
+    return (Assign(q, r.lo), If(test, copies, general="orelse"), replace(r, lo=K.Name(q)),
+            If(test, (combine,), general="orelse"))
 
 
 def _extents(ir: KernelIR) -> dict:
@@ -187,4 +198,4 @@ def residue_copies(ir: KernelIR) -> KernelIR:
     return replace(ir, body=list(_walk(ir.body, extents, _Fresh(ir))))
 
 
-__all__ = ["COPIES", "SHORT", "residue_copies"]
+__all__ = ["COPIES", "RUN_MIN", "SHORT", "residue_copies"]

@@ -227,7 +227,9 @@ def row_fuse(ir: KernelIR) -> KernelIR:
         # alone (the loops there are dead code Numba would still compile)
         rest = [x for s in rest for x in (s.then if isinstance(s, If) and s.cond == conds[0] else (s,))]
     orig = fuse_nests(replace(ir, body=rest)).body
-    return replace(ir, body=allocs + [If(test, tuple(version), tuple(orig))])
+    # the fused loops are right at every size: a size-class choice whose general side is
+    # ``then`` (size_classes.py; a kernel for sizes that take them prints them alone)
+    return replace(ir, body=allocs + [If(test, tuple(version), tuple(orig), general="then")])
 
 
 __all__ = ["row_fuse"]

@@ -5,7 +5,7 @@ The deconvolution's ``dc[k] = Σ_i x[i - k + m - 1]·dY[i]`` is accumulated as
 ``for i in range(n): for k in range(m): dc[k] += …`` (interchange.py): with
 m = 3 or 16 every iteration of ``i`` waits on the stores of the previous
 one.  The kernel now runs it, when c is shorter than ``SHORT`` and
-``i`` has at least ``COPIES`` points, into ``COPIES`` copies
+``i`` has at least ``RUN_MIN`` points, into ``COPIES`` copies
 of the slab, iteration ``i`` into copy ``i mod COPIES``; the points past the
 last whole group go into ``dc`` in order, then the copies in copy order.
 
@@ -13,7 +13,8 @@ Structure (the serial loop IR: the copies under a run-time test, the nest
 printed once for the points past the last whole group, the copies' sum),
 values against NumPy and finite differences, and the documented order of
 additions done in NumPy, bitwise, on both sides of each threshold (m = 63
-and 64; n below SHORT, where y's accumulation over m takes copies too).
+and 64, n = RUN_MIN - 1 and RUN_MIN; n below SHORT with m >= RUN_MIN, where y's
+accumulation over m takes copies too).
 threads=2 stays bitwise threads=1.  Never a time.
 """
 
@@ -26,7 +27,7 @@ import tensorlang as tl
 from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir, serial_passes
 from tensorlang.backend.loopir import Alloc, If, Loop, Store, walk_stmts
-from tensorlang.backend.residues import COPIES, SHORT, _pattern
+from tensorlang.backend.residues import COPIES, RUN_MIN, SHORT, _pattern
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +54,7 @@ def _accumulate(terms, extent):
     accumulated array of ``extent`` elements, from 0."""
     n = len(terms)
     out = np.zeros(terms.shape[1:])
-    q = (n // COPIES) * COPIES if extent < SHORT and n >= COPIES else 0
+    q = (n // COPIES) * COPIES if extent < SHORT and n >= RUN_MIN else 0
     for r in range(q, n):  # the points past the last whole group (all of them without copies), in order
         out = out + terms[r]
     if q:
@@ -67,7 +68,7 @@ def _accumulate(terms, extent):
 
 def _dc_in_kernel_order(x, c, z):
     """dc[k] = Σ_i x[i - k + m - 1]·dY[i], every sum in the kernel's order (y's too: y[i] =
-    Σ_j x[i - j + m - 1]·c[j] is accumulated over j, in copies when n < SHORT)."""
+    Σ_j x[i - j + m - 1]·c[j] is accumulated over j, in copies when n < SHORT and m >= RUN_MIN)."""
     n, m = len(z), len(c)
     y = _accumulate(np.stack([x[m - 1 - j: m - 1 - j + n] * c[j] for j in range(m)]), n)
     v0 = y + (-z)
@@ -91,7 +92,7 @@ def test_deconv_gradient_short_slab_goes_into_copies():
     def is_test(s):
         args = getattr(s.cond, "args", ()) if isinstance(s, If) else ()
         return all(isinstance(c, K.Cmp) for c in args) and \
-            {(c.op, c.rhs) for c in args} == {("<", K.Int(SHORT)), (">=", K.Int(COPIES))}
+            {(c.op, c.rhs) for c in args} == {("<", K.Int(SHORT)), (">=", K.Int(RUN_MIN))}
 
     tests = [s for s in walk_stmts(run.body) if is_test(s)]
     assert len(tests) == 4  # copies then their sum, for y's nest and for dc's
@@ -116,10 +117,11 @@ def test_deconv_gradient_short_slab_goes_into_copies():
     assert printed_ir(ir) is not None  # and it prints (offsets.py, roll.py accept it)
 
 
-@pytest.mark.parametrize("n,m", [(2000, 3), (1999, 16), (1000, 63), (1000, 64), (15, 5), (16, 5), (17, 1),
+@pytest.mark.parametrize("n,m", [(2000, 3), (1999, 16), (1100, 63), (1100, 64), (15, 5), (16, 5), (17, 1),
+                                 (RUN_MIN - 1, 5), (RUN_MIN, 5), (40, RUN_MIN + 3),
                                  (600, 1030)])
 def test_deconv_dc_order_is_the_documented_one_bitwise(n, m):
-    # c shorter than SHORT and n >= COPIES: the copies' order; otherwise the nest's own order (i
+    # c shorter than SHORT and n >= RUN_MIN: the copies' order; otherwise the nest's own order (i
     # ascending), also for m = 1030, whose second tile's slab is short but c is not (module doc)
     _, _, _, g = _grad()
     rng = np.random.default_rng(n + m)
