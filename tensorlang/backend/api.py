@@ -198,40 +198,10 @@ class Kernel:
         ir2, names, _ = made
         return ir2, dict(spec, output_buffers=[[nm, dims[nm]] for nm in names])
 
-    def class_variant(self, base, dtype: str, bits: str, truth: dict):
-        """``base`` (the kernel's variant or its output-buffer variant) compiled
-        for one size class (size_classes.py: ``bits`` the values of its size
-        tests, ``truth`` the same as cond -> bool): the versions those sizes
-        cannot take are not printed.  Its own cache entry (the key names the
-        class); right at every size, as ``base`` is."""
-        out = base.spec.get("output_buffers") is not None
-        k = ("class", dtype, out, bits)
-        if k in self._variants:
-            return self._variants[k]
-        key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype)
-                                 + ("|output-buffers" if out else "") + f"|class={bits}")
-        hit = _cache.load(key, self.prepared, self.mode)
-        if hit is not None:
-            got = _Variant(key, hit[0], hit[1], hit[2], True)
-        else:
-            from .codegen import source
-
-            ir, _ = self.lowered()
-            made = self._out_ir(self.lowered()[1]) if out else (ir, None)
-            if made is None:  # as out_variant found (it made ``base``): cannot happen, keep ``base``
-                got = base
-            else:
-                src = source(made[0], dtype, truth=truth)
-                got = _Variant(key, _cache.store(key, src, base.spec), base.spec, src, False, made[0])
-        self._variants[k] = got
-        return got
-
     def _sized_variant(self, var, dname: str, sizes: dict):
-        """The variant a call with these sizes runs (once per call signature,
-        when its plan is made): ``var``, or its output-buffer variant when the
-        call's output arrays are large (``OUT_POOL_MIN``), compiled for the
-        call's size class when its size tests leave versions out
-        (size_classes.py)."""
+        """The variant a call with these sizes runs (once per call signature, when
+        its plan is made): ``var``, or its output-buffer variant when the call's output
+        arrays are large (``OUT_POOL_MIN``), for the call's size class (size_classes.py)."""
         if self.python:
             return var
         base = var
@@ -240,13 +210,11 @@ class Kernel:
             n = sum(math.prod(_shape_at(dims, sizes)) for _, dims in outs)
             if n * np.dtype(DTYPES[dname]).itemsize >= OUT_POOL_MIN:
                 base = self.out_variant(dname) or var
-        tests = var.spec.get("size_tests")
-        if not tests or classes_off():
+        if not var.spec.get("size_tests"):
             return base
-        from .size_classes import size_class
+        from .size_classes import for_sizes
 
-        got = size_class(tests, [sizes[s] for s in var.spec["sizes"]])
-        return base if got is None else self.class_variant(base, dname, *got)
+        return for_sizes(self, var, base, dname, sizes)
 
     def _out_buffers(self, outs, dtype) -> list:
         """The output buffers ``(name, shape)`` of a call: per thread, a buffer
@@ -507,12 +475,6 @@ def _witnessed(witness, res, values: dict) -> None:
     for name, path, k in witness:
         if not math.isfinite(res[k]):
             check_finite(values, ((name, path),))
-
-
-def classes_off() -> bool:
-    """``TENSORLANG_SIZE_CLASSES=0``: every call runs the all-versions kernel
-    (size_classes.py), for A/B measurements and tests."""
-    return os.environ.get("TENSORLANG_SIZE_CLASSES", "1") == "0"
 
 
 def cores_free() -> bool:

@@ -41,11 +41,11 @@ right at every size.  Decisions are taken on kernel-IR nodes, never on text.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from . import kir as K
 from .loopir import If, Loop, walk_stmts
-from .rw import names
 
 MAX_TESTS = 6  # tests per kernel that classes are made of: at most 2**6 variants
 
@@ -60,6 +60,8 @@ def version_tests(ir, runs, out: list) -> list:
     loop IRs ``runs`` (of the kernel ``ir``) that reads only size arguments,
     once, with ``[drops when true, drops when false]`` (whether some choice
     on it then takes its general side): ``out`` holds ``[cond, drops]``."""
+    from .rw import names  # code generation's module: a warm process only evaluates tests
+
     sizes = set(_sizes(ir))
     for run in runs:
         for s in walk_stmts(run.body):
@@ -99,6 +101,48 @@ def decide(stmts, truth: dict) -> tuple:
         else:
             out.append(replace(s, then=then, orelse=orelse))
     return tuple(out)
+
+
+def for_sizes(kernel, var, base, dtype: str, sizes: dict):
+    """The variant of ``kernel`` (api.Kernel) a call with ``sizes`` runs:
+    ``base`` (``var``, the all-versions variant, or its output-buffer variant)
+    compiled for the call's class, made once per kernel and class; ``base``
+    itself when the class drops nothing, the tests are unusable or
+    ``TENSORLANG_SIZE_CLASSES=0`` (every call all-versions: A/B measurements)."""
+    if os.environ.get("TENSORLANG_SIZE_CLASSES", "1") == "0":
+        return base
+    got = size_class(var.spec.get("size_tests"), [sizes[s] for s in var.spec["sizes"]])
+    if got is None:
+        return base
+    bits, truth = got
+    k = ("class", dtype, base.spec.get("output_buffers") is not None, bits)
+    if k not in kernel._variants:
+        kernel._variants[k] = class_variant(kernel, base, dtype, bits, truth)
+    return kernel._variants[k]
+
+
+def class_variant(kernel, base, dtype: str, bits: str, truth: dict):
+    """The variant of ``kernel`` (api.Kernel) that ``base`` (its all-versions
+    variant or output-buffer variant) is, compiled for the size class ``bits``
+    (``truth``: cond -> bool): its own cache entry, the key naming the class;
+    ``base``'s spec (the arguments are the same)."""
+    from . import cache as _cache
+    from .api import _Variant, key_options
+
+    out = base.spec.get("output_buffers") is not None
+    key = _cache.program_key(kernel.expr, key_options(kernel.expr, kernel.mode, dtype)
+                             + ("|output-buffers" if out else "") + f"|class={bits}")
+    hit = _cache.load(key, kernel.prepared, kernel.mode)
+    if hit is not None:
+        return _Variant(key, hit[0], hit[1], hit[2], True)
+    from .codegen import source
+
+    ir, spec = kernel.lowered()
+    made = kernel._out_ir(spec) if out else (ir, None)
+    if made is None:  # cannot happen (out_variant made ``base`` from the same IR): keep ``base``
+        return base
+    src = source(made[0], dtype, truth=truth)
+    return _Variant(key, _cache.store(key, src, base.spec), base.spec, src, False, made[0])
 
 
 # -- the tests in the spec (JSON) ------------------------------------------------------------
@@ -191,4 +235,4 @@ def size_class(spec_tests, size_values: list):
     return ("".join(bits), truth) if drops_any else None
 
 
-__all__ = ["MAX_TESTS", "version_tests", "decide", "encode", "decode", "spec_tests", "size_class"]
+__all__ = ["MAX_TESTS", "version_tests", "decide", "for_sizes", "class_variant", "encode", "decode", "spec_tests", "size_class"]
