@@ -27,7 +27,9 @@ multiply-add count reaches ``BLAS_MIN_WORK`` (a call into BLAS costs about a
 microsecond of set-up; below that, the loops win).  Every kernel array is
 C-contiguous (inputs are made so before the call, allocations are fresh), so
 the views are what BLAS reads directly.  Results equal the loops' up to the
-order of additions.
+order of additions.  The loops are right at every size: a kernel compiled
+for sizes below the BLAS test prints them alone, no BLAS call to compile
+(size_classes.py); one for larger sizes keeps both.
 
 A GEMV whose matrix is past the caches (``WITNESS_MIN`` elements) runs loops
 instead: ``A v`` row by row with A's finiteness witness (below), and ``vᵀA``

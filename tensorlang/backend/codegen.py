@@ -58,7 +58,10 @@ The serial kernel's loops are printed as ``while`` loops (``_while``: no
 range iterator for Numba to type and lower, the same counted loop for
 LLVM), reductions of fewer than ``LANES`` iterations at every size without
 lanes, and constant assignments overwritten before a read not at all
-(deadinit.py).
+(deadinit.py).  A kernel compiled for one size class (size_classes.py) is
+printed with the versions its sizes cannot take left out (``printed_ir``'s
+``truth``), a decided choice of loops behind a GEMM as an ``If`` on the
+constant ``False``, printed as its else side alone, without lanes.
 """
 
 from __future__ import annotations

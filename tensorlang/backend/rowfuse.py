@@ -47,7 +47,10 @@ that Numba compiles all the same (the quadratic form's kernel: 100 -> 50 lines).
 that bound (GEMMs, which BLAS takes at every large size) stay in the
 version as they are: duplicating the kernel for sizes where a sweep costs
 nothing would only double its compile time.  Top-level allocations are hoisted in front of the version test,
-so they keep their huge pages (hugepages.py).  Everything is built from
+so they keep their huge pages (hugepages.py).  The version test reads only
+sizes and the fused loops are right at every size: a kernel compiled for
+sizes that take them prints them alone, one for sizes that take BLAS keeps
+the test (size_classes.py).  Everything is built from
 loop-IR nodes.  Only the serial kernel is fused (the parallel one keeps a
 ``prange`` per nest).
 """

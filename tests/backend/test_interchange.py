@@ -142,7 +142,7 @@ def test_deconvolution_inner_loop_is_vectorised_by_llvm():
     k = tl.compile(loss, threads=1)
     rng = np.random.default_rng(4)
     k(x=rng.normal(size=40), c=rng.normal(size=5), z=rng.normal(size=36))
-    cached = k.module.kernel_serial  # from the on-disk cache: recompiled to read its LLVM IR
+    cached = next(iter(k._plans.values())).fn  # the entry the call ran (its size class's), recompiled to read its LLVM IR
     fn = numba.njit(nogil=True, error_model="numpy")(cached.py_func)
     fn.compile(cached.signatures[0])
     llvm = fn.inspect_llvm(cached.signatures[0])
