@@ -210,11 +210,38 @@ class Kernel:
             n = sum(math.prod(_shape_at(dims, sizes)) for _, dims in outs)
             if n * np.dtype(DTYPES[dname]).itemsize >= OUT_POOL_MIN:
                 base = self.out_variant(dname) or var
-        if not var.spec.get("size_tests"):
-            return base
-        from .size_classes import for_sizes
+        if not var.spec.get("size_tests") or os.environ.get("TENSORLANG_SIZE_CLASSES", "1") == "0":
+            return base  # TENSORLANG_SIZE_CLASSES=0: every call all-versions (A/B measurements)
+        from .size_classes import size_class
 
-        return for_sizes(self, var, base, dname, sizes)
+        got = size_class(var.spec["size_tests"], [sizes[s] for s in var.spec["sizes"]])
+        return base if got is None else self.class_variant(base, dname, *got)
+
+    def class_variant(self, base, dtype: str, bits: str, truth: dict):
+        """``base`` (``variant`` or ``out_variant``) compiled for one size class
+        (size_classes.py; ``bits`` the values of the kernel's size tests, ``truth``
+        the same as cond -> bool): the versions those sizes cannot take are not
+        printed.  Its own cache entry, the key naming the class; ``base``'s spec."""
+        out = base.spec.get("output_buffers") is not None
+        k = ("class", dtype, out, bits)
+        if k in self._variants:
+            return self._variants[k]
+        key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype)
+                                 + ("|output-buffers" if out else "") + f"|class={bits}")
+        hit = _cache.load(key, self.prepared, self.mode)
+        if hit is not None:
+            got = _Variant(key, hit[0], hit[1], hit[2], True)
+        else:
+            from .codegen import source
+
+            ir, spec = self.lowered()
+            made = self._out_ir(spec) if out else (ir, None)
+            got = base  # None cannot happen: out_variant made ``base`` from the same IR
+            if made is not None:
+                src = source(made[0], dtype, truth=truth)
+                got = _Variant(key, _cache.store(key, src, base.spec), base.spec, src, False, made[0])
+        self._variants[k] = got
+        return got
 
     def _out_buffers(self, outs, dtype) -> list:
         """The output buffers ``(name, shape)`` of a call: per thread, a buffer

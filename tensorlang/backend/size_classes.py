@@ -32,7 +32,8 @@ prints as its else side alone, still without lanes.
 
 A class is one bit per test (at most ``MAX_TESTS`` tests, else the kernel
 keeps one variant); the classes a kernel meets are its own cache entries
-(api.py: the key names the bits).  Tests travel in the kernel's spec
+(api.Kernel.class_variant: the key names the bits; this module imports
+neither api.py nor codegen.py, which import it).  Tests travel in the kernel's spec
 (``size_tests``) as JSON (:func:`encode`), so a warm process picks its class
 without lowering anything; a damaged or foreign entry only loses the class
 (the all-versions kernel runs), never a value, since every class variant is
@@ -41,7 +42,6 @@ right at every size.  Decisions are taken on kernel-IR nodes, never on text.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from . import kir as K
@@ -101,48 +101,6 @@ def decide(stmts, truth: dict) -> tuple:
         else:
             out.append(replace(s, then=then, orelse=orelse))
     return tuple(out)
-
-
-def for_sizes(kernel, var, base, dtype: str, sizes: dict):
-    """The variant of ``kernel`` (api.Kernel) a call with ``sizes`` runs:
-    ``base`` (``var``, the all-versions variant, or its output-buffer variant)
-    compiled for the call's class, made once per kernel and class; ``base``
-    itself when the class drops nothing, the tests are unusable or
-    ``TENSORLANG_SIZE_CLASSES=0`` (every call all-versions: A/B measurements)."""
-    if os.environ.get("TENSORLANG_SIZE_CLASSES", "1") == "0":
-        return base
-    got = size_class(var.spec.get("size_tests"), [sizes[s] for s in var.spec["sizes"]])
-    if got is None:
-        return base
-    bits, truth = got
-    k = ("class", dtype, base.spec.get("output_buffers") is not None, bits)
-    if k not in kernel._variants:
-        kernel._variants[k] = class_variant(kernel, base, dtype, bits, truth)
-    return kernel._variants[k]
-
-
-def class_variant(kernel, base, dtype: str, bits: str, truth: dict):
-    """The variant of ``kernel`` (api.Kernel) that ``base`` (its all-versions
-    variant or output-buffer variant) is, compiled for the size class ``bits``
-    (``truth``: cond -> bool): its own cache entry, the key naming the class;
-    ``base``'s spec (the arguments are the same)."""
-    from . import cache as _cache
-    from .api import _Variant, key_options
-
-    out = base.spec.get("output_buffers") is not None
-    key = _cache.program_key(kernel.expr, key_options(kernel.expr, kernel.mode, dtype)
-                             + ("|output-buffers" if out else "") + f"|class={bits}")
-    hit = _cache.load(key, kernel.prepared, kernel.mode)
-    if hit is not None:
-        return _Variant(key, hit[0], hit[1], hit[2], True)
-    from .codegen import source
-
-    ir, spec = kernel.lowered()
-    made = kernel._out_ir(spec) if out else (ir, None)
-    if made is None:  # cannot happen (out_variant made ``base`` from the same IR): keep ``base``
-        return base
-    src = source(made[0], dtype, truth=truth)
-    return _Variant(key, _cache.store(key, src, base.spec), base.spec, src, False, made[0])
 
 
 # -- the tests in the spec (JSON) ------------------------------------------------------------
@@ -235,4 +193,4 @@ def size_class(spec_tests, size_values: list):
     return ("".join(bits), truth) if drops_any else None
 
 
-__all__ = ["MAX_TESTS", "version_tests", "decide", "for_sizes", "class_variant", "encode", "decode", "spec_tests", "size_class"]
+__all__ = ["MAX_TESTS", "version_tests", "decide", "encode", "decode", "spec_tests", "size_class"]
