@@ -20,7 +20,7 @@ sizes once per call signature (api.Kernel, when it builds the plan) and
 :func:`decide` takes, for each test whose value selects the general side,
 that side alone: the other version is not printed, so not compiled.  A test
 whose value selects the special side stays a run-time test with both
-versions, since the special one alone would be wrong at other sizes.  So a
+versions, since the special one alone is not known right at other sizes.  So a
 kernel compiled for one class computes the right value at every size
 (tests/backend/test_size_classes.py calls one at another class's sizes),
 and at its own class's sizes it runs exactly the statements the
@@ -30,8 +30,11 @@ A decided ``If`` marked ``cold`` (the loops behind a GEMM, printed without
 lanes: codegen.py) stays an ``If`` on the constant ``False``, which codegen
 prints as its else side alone, still without lanes.
 
-A class is one bit per test (at most ``MAX_TESTS`` tests, else the kernel
-keeps one variant); the classes a kernel meets are its own cache entries
+A class is one bit per test (the first ``MAX_TESTS`` tests of a kernel; any
+further one stays a run-time test in every variant), and a class that drops
+nothing runs the all-versions kernel itself.  Each class a kernel meets is
+compiled once, on the first plan of its sizes (a later signature of another
+class compiles that class too), and is its own cache entry
 (api.Kernel.class_variant: the key names the bits; this module imports
 neither api.py nor codegen.py, which import it).  Tests travel in the kernel's spec
 (``size_tests``) as JSON (:func:`encode`), so a warm process picks its class
