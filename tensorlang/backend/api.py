@@ -27,7 +27,9 @@ variant; k > 1 runs the parallel variant on k threads (capped at Numba's
 pool).  A given thread count always gives the same result; ``threads=1``
 the single-thread one exactly.  The automatic choice also runs serially
 while the machine's load average leaves no core free (``cores_free``): on a
-shared machine a parallel kernel waits for preempted threads.
+shared machine a parallel kernel waits for preempted threads; and it keeps
+the parallel variant only where it timed faster on the plan's own calls
+(autothreads.py).
 The one exception to "compiled": a kernel whose in-bounds proof needed every
 size >= 1 (``x[n - 1]`` unguarded) is called with a zero size; the reference
 evaluator then decides (it reports the bad access, or computes the value
@@ -50,21 +52,11 @@ from ..sparse import SparseData, keeps_packed, sparse_inputs, unpack_outputs
 from ..typecheck import check_program
 from ..loops import has_loop
 from . import cache as _cache
+from .autothreads import PARALLEL_MIN, PARALLEL_MIN_CPUS, AutoChoice, cores_free, work_points
 from .dispatch import check_finite, finite_checks, relation_inputs, remember, signature
 from .domains import MAX_SIZE
 from .results import aos, as_float32, builder, precision, rebuild, type_of_expr
 
-# Measured on the 2-core development machine (benchmarks/parallel_bench.py,
-# deconvolution and 5-point Laplacian losses and gradients, threads=2 vs 1):
-# when both cores were free, two threads won from about 1.6e4 work points
-# (1.5-2x) and lost below (thread wake-up costs 10-30 us).
-PARALLEL_MIN = 1 << 15
-PARALLEL_MIN_CPUS = 2
-# On the same machine under load (other processes runnable on every core),
-# a two-thread kernel waits for a preempted thread's time slice: 10-40 ms
-# medians where one thread took 1 ms.  So the automatic choice also needs a
-# core to spare: the 1-minute load average at most cpus - IDLE_MARGIN.
-IDLE_MARGIN = 0.5
 # Output arrays of at least this many bytes are written into caller-given
 # buffers, reused once the caller has dropped them (``Kernel._out_buffers``):
 # glibc serves smaller blocks from its heap without page faults (its mmap
@@ -448,8 +440,10 @@ class Kernel:
                 # the automatic choice with one thread allowed (NUMBA_NUM_THREADS=1,
                 # numba.set_num_threads(1)) or on a busy machine: the serial kernel
                 res = plan.serial(*args)
-            elif threads == 0:  # the automatic choice: every thread Numba has now
-                res = fn(*args, np.int64(k))
+            elif threads == 0:  # the automatic choice: every thread Numba has now, if faster (autothreads.py)
+                if plan.auto is None:
+                    plan.auto = AutoChoice()
+                res = plan.auto.run(plan.serial, fn, args, k)
             else:
                 old = numba.get_num_threads()
                 k = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
@@ -478,7 +472,7 @@ class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
     __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial",
-                 "direct", "build", "witness", "outs")
+                 "direct", "build", "witness", "outs", "auto")
 
     def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
@@ -488,6 +482,7 @@ class _Plan:
         self.build = None  # kernel results -> the program's value (``results.builder``)
         self.witness = ()  # (input, path, result index): inputs checked after the call (``_witnessed``)
         self.outs = ()  # (name, shape): output buffers the call gives (``Kernel._out_buffers``)
+        self.auto = None  # threads=None: the serial/parallel timing and choice (autothreads.AutoChoice)
 
 
 def _shape_at(dims, sizes: dict) -> tuple:
@@ -502,40 +497,6 @@ def _witnessed(witness, res, values: dict) -> None:
     for name, path, k in witness:
         if not math.isfinite(res[k]):
             check_finite(values, ((name, path),))
-
-
-def cores_free() -> bool:
-    """Is a core idle enough for a parallel kernel (see ``IDLE_MARGIN``)?"""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # no load average on this system: trust the core count
-        return True
-    return load <= (os.cpu_count() or 1) - IDLE_MARGIN
-
-
-def work_points(prepared: Expr, sizes: dict) -> int:
-    """The points of the program's top-level loop nests at ``sizes``: for each
-    binding, its gen extents times the extents of the sums directly under
-    them (brackets ignored: an upper bound of the work the loops visit)."""
-    from ..ir import Iverson, gens, lets, sums
-
-    def at(n) -> int:
-        return max(0, n.const + sum(c * sizes.get(sym.name, 0) for sym, c in n.terms))
-
-    binds, out = lets(prepared)
-    total = 0
-    for rhs in [e for _, e in binds] + [out]:
-        gb, body = gens(rhs)
-        while isinstance(body, Iverson):
-            body = body.body
-        sb, _ = sums(body)
-        if not gb and not sb:
-            continue
-        pts = 1
-        for _, n in gb + sb:
-            pts *= at(n)
-        total += pts
-    return total
 
 
 def _direct(leaves, inputs: dict, dtype):

@@ -170,23 +170,56 @@ def test_work_points_by_hand():
     assert backend_api.work_points(prepare(g), {"n": 10}) == 1000
 
 
-def test_automatic_choice_uses_both_cores_when_large_and_free(monkeypatch):
+def _scripted_clock(monkeypatch, serial: float, parallel: float):
+    """AutoChoice's clock, giving the timed serial (2nd, 3rd) and parallel (5th, 6th) calls these durations."""
+    from tensorlang.backend import autothreads
+
+    # call 1 and 4 read the clock once (not timed), the others twice; the fastest of two counts
+    ticks = iter([0.0, 0.0, serial, 0.0, serial * 3,
+                  0.0, 0.0, parallel * 2, 0.0, parallel])
+    monkeypatch.setattr(autothreads.AutoChoice, "clock", staticmethod(lambda: next(ticks)))
+
+
+@pytest.mark.parametrize("faster", ["parallel", "serial"])
+def test_automatic_choice_uses_both_cores_when_large_free_and_faster(monkeypatch, faster):
+    """threads=None on a large call with a free core: the plan's calls 1-3
+    run serially, 4-6 on every thread, and later calls on the variant that
+    calls 2-3 and 5-6 timed faster (autothreads.py)."""
+    import numba
+
     loss, _ = sumsq()
     xs = rounding_sensitive(5000, seed=3)
     monkeypatch.setattr(backend_api, "PARALLEL_MIN", 4096)
     monkeypatch.setattr(backend_api, "cores_free", lambda: True)
     monkeypatch.setattr(backend_api.os, "cpu_count", lambda: 2)
+    _scripted_clock(monkeypatch, 1.0, 0.5 if faster == "parallel" else 0.95)
     k = tl.compile(loss)
-    got = k(x=xs)
-    import numba
-
-    assert got == chunked_sum_of_squares(xs, numba.get_num_threads())
-    # small work: serial, the single-thread order
+    T = numba.get_num_threads()
+    one, par = chunked_sum_of_squares(xs, 1), chunked_sum_of_squares(xs, T)
+    if T >= 2:
+        assert one != par
+    assert [k(x=xs) for _ in range(6)] == [one] * 3 + [par] * 3
+    want = par if faster == "parallel" else one
+    assert all(k(x=xs) == want for _ in range(5))
+    # small work: serial, the single-thread order (no timing)
     assert k(x=xs[:1000]) == chunked_sum_of_squares(xs[:1000], 1)
     # a busy machine: serial as well
     monkeypatch.setattr(backend_api, "cores_free", lambda: False)
     k2 = tl.compile(loss)
-    assert k2(x=xs) == chunked_sum_of_squares(xs, 1)
+    assert all(k2(x=xs) == one for _ in range(5))
+
+
+def test_automatic_choice_times_each_signature_on_its_own(monkeypatch):
+    from tensorlang.backend.autothreads import AutoChoice
+
+    calls = []
+    serial = lambda *a: calls.append(("s", a)) or "s"  # noqa: E731
+    parallel = lambda *a: calls.append(("p", a)) or "p"  # noqa: E731
+    _scripted_clock(monkeypatch, 2.0, 1.9)  # parallel not 10% faster: serial kept
+    c = AutoChoice()
+    got = [c.run(serial, parallel, (1, 2), 2) for _ in range(9)]
+    assert got == ["s"] * 3 + ["p"] * 3 + ["s"] * 3
+    assert calls[3][1][-1] == 2  # the thread count passed to the parallel variant
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
