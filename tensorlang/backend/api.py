@@ -53,7 +53,7 @@ from ..typecheck import check_program
 from ..loops import has_loop
 from . import cache as _cache
 from .autothreads import PARALLEL_MIN, PARALLEL_MIN_CPUS, AutoChoice, cores_free, work_points
-from .dispatch import check_finite, finite_checks, relation_inputs, remember, signature
+from .dispatch import check_finite, direct_inputs, finite_checks, relation_inputs, remember, signature, witnessed
 from .domains import MAX_SIZE
 from .results import aos, as_float32, builder, precision, rebuild, type_of_expr
 
@@ -121,35 +121,49 @@ class Kernel:
             self._lowered = lower_program(self.prepared, self.mode)
         return self._lowered
 
+    def _cached(self, k, key: str, build):
+        """The variant kept under ``k``: its disk cache entry ``key`` (checked
+        against the program's signature), else ``build()`` -> ``(source, spec,
+        loop IR)`` stored there; None when ``build`` gives None."""
+        if k in self._variants:
+            return self._variants[k]
+        hit = _cache.load(key, self.prepared, self.mode)
+        if hit is not None:
+            got = _Variant(key, hit[0], hit[1], hit[2], True)
+        else:  # code generation (and its modules) only on a miss: a warm process imports none of it
+            made = build()
+            got = None if made is None else _Variant(key, _cache.store(key, made[0], made[1]), made[1], made[0],
+                                                     False, made[2])
+        self._variants[k] = got
+        return got
+
     def variant(self, dtype: str = "float64") -> _Variant:
         got = self._variants.get(dtype)
         if got is not None:
             return got
-        if self.python:
-            from .codegen import source
+        if not self.python:
+            return self._cached(dtype, _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype)),
+                                lambda: self._all_versions(dtype))
+        from .codegen import source
 
-            ir, spec = self.lowered()
-            src = source(ir, dtype, cache=False)
-            ns: dict = {}
-            exec(compile_source(src, "<tensorlang kernel>", "exec"), ns)
-            got = _Variant(None, _PyModule(ns), spec, src, False, ir)
-        else:
-            key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype))
-            hit = _cache.load(key, self.prepared, self.mode)  # checked against the program's signature
-            if hit is not None:
-                got = _Variant(key, hit[0], hit[1], hit[2], True)
-            else:  # code generation (and its modules) only on a miss: a warm process imports none of it
-                from .codegen import source
-                from .size_classes import spec_tests
-
-                ir, spec = self.lowered()
-                tests: list = []
-                src = source(ir, dtype, tests=tests)
-                if tests:  # the size tests a call's class is made of (size_classes.py), in every later spec
-                    spec = dict(spec, size_tests=spec_tests(tests, ir))
-                got = _Variant(key, _cache.store(key, src, spec), spec, src, False, ir)
-        self._variants[dtype] = got
+        ir, spec = self.lowered()
+        src = source(ir, dtype, cache=False)
+        ns: dict = {}
+        exec(compile_source(src, "<tensorlang kernel>", "exec"), ns)
+        got = self._variants[dtype] = _Variant(None, _PyModule(ns), spec, src, False, ir)
         return got
+
+    def _all_versions(self, dtype: str):
+        """``(source, spec, loop IR)`` of the kernel with every version (``variant``)."""
+        from .codegen import source
+        from .size_classes import spec_tests
+
+        ir, spec = self.lowered()
+        tests: list = []
+        src = source(ir, dtype, tests=tests)
+        if tests:  # the size tests a call's class is made of (size_classes.py), in every later spec
+            spec = dict(spec, size_tests=spec_tests(tests, ir))
+        return src, spec, ir
 
     def out_variant(self, dtype: str = "float64"):
         """The variant whose output arrays (spec ``output_arrays``: the
@@ -159,22 +173,18 @@ class Kernel:
         k = ("out", dtype)
         if k in self._variants:
             return self._variants[k]
-        got = None
-        if not self.python and self.variant(dtype).spec.get("output_arrays"):
-            key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype) + "|output-buffers")
-            hit = _cache.load(key, self.prepared, self.mode)
-            if hit is not None:
-                got = _Variant(key, hit[0], hit[1], hit[2], True)
-            else:
-                from .codegen import source
+        if self.python or not self.variant(dtype).spec.get("output_arrays"):
+            self._variants[k] = None
+            return None
 
-                made = self._out_ir(self.lowered()[1])
-                if made is not None:
-                    ir2, spec2 = made
-                    src = source(ir2, dtype)
-                    got = _Variant(key, _cache.store(key, src, spec2), spec2, src, False, ir2)
-        self._variants[k] = got
-        return got
+        def build():
+            from .codegen import source
+
+            made = self._out_ir(self.lowered()[1])
+            return None if made is None else (source(made[0], dtype), made[1], made[0])
+
+        key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype) + "|output-buffers")
+        return self._cached(k, key, build)
 
     def _out_ir(self, spec):
         """``(loop IR, spec)`` of the output-buffer variant (``out_variant``), or None."""
@@ -215,25 +225,18 @@ class Kernel:
         the same as cond -> bool): the versions those sizes cannot take are not
         printed.  Its own cache entry, the key naming the class; ``base``'s spec."""
         out = base.spec.get("output_buffers") is not None
-        k = ("class", dtype, out, bits)
-        if k in self._variants:
-            return self._variants[k]
-        key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype)
-                                 + ("|output-buffers" if out else "") + f"|class={bits}")
-        hit = _cache.load(key, self.prepared, self.mode)
-        if hit is not None:
-            got = _Variant(key, hit[0], hit[1], hit[2], True)
-        else:
+
+        def build():
             from .codegen import source
 
             ir, spec = self.lowered()
             made = self._out_ir(spec) if out else (ir, None)
-            got = base  # None cannot happen: out_variant made ``base`` from the same IR
-            if made is not None:
-                src = source(made[0], dtype, truth=truth)
-                got = _Variant(key, _cache.store(key, src, base.spec), base.spec, src, False, made[0])
-        self._variants[k] = got
-        return got
+            # None cannot happen: out_variant made ``base`` from the same IR
+            return None if made is None else (source(made[0], dtype, truth=truth), base.spec, made[0])
+
+        key = _cache.program_key(self.expr, key_options(self.expr, self.mode, dtype)
+                                 + ("|output-buffers" if out else "") + f"|class={bits}")
+        return self._cached(("class", dtype, out, bits), key, build) or base
 
     def _out_buffers(self, outs, dtype) -> list:
         """The output buffers ``(name, shape)`` of a call: per thread, a buffer
@@ -357,7 +360,7 @@ class Kernel:
         plan = self._plan(var, sizes, dtype, inputs)
         if sig is not None:
             remember(self._plans, sig, plan)
-        # a direct plan passes the caller's arrays (``_direct`` checked them), as later calls
+        # a direct plan passes the caller's arrays (``dispatch.direct_inputs`` checked them), as later calls
         # do: the evaluator's validated copies may be float64 where the kernel is float32
         values = inputs if plan.direct is not None else {v.name: val for v, val in env.items()}
         return self._run(plan, values, {r.name: d for r, d in relations.items()})
@@ -385,7 +388,7 @@ class Kernel:
         plan.build = builder(spec["outputs"], self._type, dtype)
         if not (spec["relations"] or spec.get("dense_relations") or spec.get("sparse_values")
                 or spec.get("sparse_outputs") or spec.get("relation_orders")) and not self.python:
-            plan.direct = _direct(plan.leaves, inputs, dtype)
+            plan.direct = direct_inputs(plan.leaves, inputs, dtype)
         return plan
 
     def _run(self, plan: "_Plan", values: dict, rels):
@@ -405,7 +408,7 @@ class Kernel:
                 args += self._out_buffers(plan.outs, dtype)
             res = plan.fn(*args)
             if plan.witness:
-                _witnessed(plan.witness, res, values)
+                witnessed(plan.witness, res, values)
             return plan.build(res)
         if direct is not None:  # this signature's inputs are already the kernel's arrays
             args = plan.size_args + [values[name] for name in direct]
@@ -458,7 +461,7 @@ class Kernel:
         else:
             res = fn(*args)
         if plan.witness:
-            _witnessed(plan.witness, res, values)
+            witnessed(plan.witness, res, values)
         if spec.get("sparse_outputs"):
             # packed outputs: values in the relation's CSR order (issue 16)
             res = list(res)
@@ -478,9 +481,9 @@ class _Plan:
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
         self.fn, self.threads, self.checks, self.spec, self.type = fn, threads, checks, spec, type_
         self.serial = serial  # the single-thread entry (the automatic choice on a busy machine)
-        self.direct = None  # input names passed on as they are (``_direct``), else None
+        self.direct = None  # input names passed on as they are (``dispatch.direct_inputs``), else None
         self.build = None  # kernel results -> the program's value (``results.builder``)
-        self.witness = ()  # (input, path, result index): inputs checked after the call (``_witnessed``)
+        self.witness = ()  # (input, path, result index): inputs checked after the call (``dispatch.witnessed``)
         self.outs = ()  # (name, shape): output buffers the call gives (``Kernel._out_buffers``)
         self.auto = None  # threads=None: the serial/parallel timing and choice (autothreads.AutoChoice)
 
@@ -488,34 +491,6 @@ class _Plan:
 def _shape_at(dims, sizes: dict) -> tuple:
     """A spec's extents (``[[[size, coeff], ...], const]`` each) at ``sizes``, at least 0."""
     return tuple(max(0, _at(d, sizes)) for d in dims)
-
-
-def _witnessed(witness, res, values: dict) -> None:
-    """The inputs whose NaN/inf scan the kernel's witness scalars stand for
-    (blas.py): a non-finite witness scans its input, an InputError if the input
-    is to blame; a finite witness proves the input finite."""
-    for name, path, k in witness:
-        if not math.isfinite(res[k]):
-            check_finite(values, ((name, path),))
-
-
-def _direct(leaves, inputs: dict, dtype):
-    """The input names to pass to the kernel unchanged, when every leaf is a
-    whole C-contiguous array of the kernel's precision or (float64) a Python
-    float; else None.  The call signature (dispatch.py) fixes dtype, shape
-    and contiguity, so this holds for every call of the plan."""
-    names = []
-    for name, path, rank in leaves:
-        v = inputs.get(name)
-        if path:
-            return None
-        if rank:
-            if type(v) is not np.ndarray or v.dtype != dtype or not v.flags.c_contiguous:
-                return None
-        elif not (type(v) is float and dtype is np.float64):
-            return None
-        names.append(name)
-    return names
 
 
 def _at(dims, sizes) -> int:

@@ -111,19 +111,26 @@ def _column_form(loop: Loop, inner: list, fresh) -> tuple:
     return tuple(pre) + (cols,) + tuple(post)
 
 
-def column_sums(ir: KernelIR) -> KernelIR:
-    """Signature: column_sums : KernelIR -> KernelIR (module doc); the
-    statements not nested in a loop are rewritten, the rest kept."""
-    used = {s.name for s in ir.allocs} | set(ir.args) | reads_writes(ir.body, updates=False)[1]
-    count, changed = [0], [False]
+def _namer(used: set, prefix: str = ""):
+    """``fresh(base, tag)``: ``<base>_<prefix><tag><k>``, a name not in ``used`` (then added)."""
+    count = [0]
 
     def fresh(base: str, tag: str) -> str:
         while True:
             count[0] += 1
-            nm = f"{base}_{tag}{count[0]}"
+            nm = f"{base}_{prefix}{tag}{count[0]}"
             if nm not in used:
                 used.add(nm)
                 return nm
+
+    return fresh
+
+
+def column_sums(ir: KernelIR) -> KernelIR:
+    """Signature: column_sums : KernelIR -> KernelIR (module doc); the
+    statements not nested in a loop are rewritten, the rest kept."""
+    used = {s.name for s in ir.allocs} | set(ir.args) | reads_writes(ir.body, updates=False)[1]
+    fresh, changed = _namer(used), [False]
 
     def top(s) -> tuple:
         inner = candidates(s)
@@ -143,15 +150,10 @@ def chunk_column_sums(chunk: Loop) -> tuple:
     inner = candidates(chunk)
     if not inner:
         return (chunk,)
-    count = [0]
-
-    def fresh(base: str, tag: str) -> str:
-        # the accumulators of a chunk are renamed ``<acc>_q`` (codegen
-        # ``_chunked``), which no other statement names: ``<acc>_q_cw<k>`` is fresh
-        count[0] += 1
-        return f"{base}_c{tag}{count[0]}"
-
-    return _column_form(chunk, inner, fresh)
+    # the chunk's accumulators are renamed ``<acc>_q`` (codegen ``_chunked``),
+    # so ``<acc>_q_c<tag><k>`` clashes with no name outside the chunk
+    r, w = reads_writes([chunk])
+    return _column_form(chunk, inner, _namer(r | w, "c"))
 
 
 __all__ = ["column_sums", "chunk_column_sums", "MAX_COLUMNS"]

@@ -133,6 +133,34 @@ def check_finite(inputs: dict, checks) -> None:
             raise InputError(f"input {what} contains NaN or infinity")
 
 
+def witnessed(witness, res, values: dict) -> None:
+    """The inputs whose NaN/inf scan the kernel's witness scalars stand for
+    (blas.py): a non-finite witness scans its input, an InputError if the input
+    is to blame; a finite witness proves the input finite."""
+    for name, path, k in witness:
+        if not math.isfinite(res[k]):
+            check_finite(values, ((name, path),))
+
+
+def direct_inputs(leaves, inputs: dict, dtype):
+    """The input names to pass to the kernel unchanged, when every leaf is a
+    whole C-contiguous array of the kernel's precision or (float64) a Python
+    float; else None.  The call signature (dispatch.py) fixes dtype, shape
+    and contiguity, so this holds for every call of the plan."""
+    names = []
+    for name, path, rank in leaves:
+        v = inputs.get(name)
+        if path:
+            return None
+        if rank:
+            if type(v) is not np.ndarray or v.dtype != dtype or not v.flags.c_contiguous:
+                return None
+        elif not (type(v) is float and dtype is np.float64):
+            return None
+        names.append(name)
+    return names
+
+
 def remember(plans: dict, sig, plan) -> None:
     if len(plans) >= PLAN_LIMIT:
         plans.clear()

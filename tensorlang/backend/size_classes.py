@@ -1,5 +1,7 @@
 """Size classes: a kernel compiled with only the versions its call's sizes can take
 (issue #14 item 6, compile latency: "size-class variants chosen per plan").
+No paper rule: every version computes the same value, so the program and its
+Figure 6 cost (paper Section 4.3) are those of the all-versions kernel.
 
 Several passes give a kernel two versions of some statements, chosen at run
 time by a test that reads only the sizes:

@@ -1,6 +1,8 @@
 """Signed cotangent leaves: a reverse step's negated copy becomes a sign
 (issue #17 item 3, issues #13/#17's gradient/primal goal on the wave
-equation; session 12).
+equation; session 12).  No new paper rule: the body's adjoint is the
+paper's Dᵀ (Section 6.3, Figures 15-16, where the transpose of a negation is
+a negation); this module only changes where that negation is applied.
 
 The wave equation's transposed step ``(a, b) -> (-b, a + 2b + c² L b)``
 writes ``-b`` as a whole array every reverse step, which the next step only
