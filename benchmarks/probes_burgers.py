@@ -1,5 +1,5 @@
 """Machine-limit probes for the Burgers loop's gradient (issue #17, "more
-workloads"; README "Shifted producers and rolling scalars": "reducing the
+workloads"; docs/backend.md "Shifted producers and rolling scalars": "reducing the
 rest of the loop's ratio needs the Courant-number reduction fused with the
 update loop").
 
