@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorlang.ir import TRUE, Expr, Or, Pred, Var, sym_aff, subst
+from tensorlang.ir import TRUE, Expr, Pred, Var, disjuncts, is_zero, sym_aff, subst
 
 
 @dataclass(frozen=True, eq=False)
@@ -288,8 +288,6 @@ def push_projection(t):
 
 def _plus(a: Expr, b: Expr) -> Expr:
     """Leaf-wise sum of two left sides of one type (zeros dropped)."""
-    from .total_derivative import is_zero
-
     if is_zero(a):
         return b
     if is_zero(b):
@@ -403,23 +401,12 @@ def merge_contributions(t):
     return BLet(dy, make_gens(list(zip(iv, dims)), body), Inner(dy, a.right, _union(p0, p1), tuple(iv)))
 
 
-def _disjuncts(p: Pred) -> list:
-    out, todo = [], [p]
-    while todo:
-        q = todo.pop()
-        if isinstance(q, Or):
-            todo.extend((q.rhs, q.lhs))
-        else:
-            out.append(q)
-    return out
-
-
 def _union(p0: Pred, p1: Pred) -> Pred:
     """``p0 ∨ p1`` without repeating a disjunct ``p0`` already has: a chain of
     contributions to one variable with the same support (``x[0]`` used N
     times) would otherwise grow a filter of N copies, quadratic in total."""
-    have = set(_disjuncts(p0))
-    new = [q for q in _disjuncts(p1) if q not in have]
+    have = set(disjuncts(p0))
+    new = [q for q in disjuncts(p1) if q not in have]
     return disj(p0, *dict.fromkeys(new))
 
 

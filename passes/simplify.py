@@ -71,11 +71,11 @@ from .simplify_rules import (
     dead_let,
     decide_bracket,
     inline_single_use,
-    is_zero,
     let_result,
     propagate_copy,
     sum_block,
 )
+from tensorlang.ir import is_zero
 from tensorlang.typecheck import type_of
 
 # --------------------------------------------------------------------------

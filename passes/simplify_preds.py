@@ -11,21 +11,13 @@ import weakref
 
 from tensorlang.errors import TensorLangError, UnsupportedError
 from tensorlang.ir import (
-    FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, as_aff, conj, disj, free_indices, subst, subst_flat,
+    FALSE, TRUE, Aff, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, as_aff, conj, conjuncts, disj, disjuncts, free_indices, subst, subst_flat,
     sym_aff, walk,
 )
 
 
 # --------------------------------------------------------------------------
 # Conjunctions
-
-
-def conjuncts(p: Pred) -> list:
-    if isinstance(p, And):
-        return conjuncts(p.lhs) + conjuncts(p.rhs)
-    if p is TRUE:
-        return []
-    return [p]
 
 
 def _range(a: Aff, n: Aff) -> list:
@@ -100,16 +92,6 @@ def _positive_sizes() -> bool:
     return _POSITIVE[0]()
 
 
-def conjuncts_of(p: Pred) -> list:
-    return conjuncts(p)
-
-
-def disjuncts(p: Pred) -> list:
-    if isinstance(p, Or):
-        return disjuncts(p.lhs) + disjuncts(p.rhs)
-    return [p]
-
-
 def _dedupe(groups) -> list:
     out, seen = [], set()
     for g in groups:
@@ -148,7 +130,7 @@ def _simplify_pred(p: Pred) -> Pred:
                     return TRUE if ok else FALSE
             return p
         case And():
-            return conj(*_dedupe(conjuncts_of(simplify_pred(c)) for c in conjuncts(p)))
+            return conj(*_dedupe(conjuncts(simplify_pred(c)) for c in conjuncts(p)))
         case Or():
             ds = _dedupe([simplify_pred(d)] for d in disjuncts(p))
             # absorption: drop a disjunct whose conjuncts include another's

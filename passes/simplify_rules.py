@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from tensorlang.ir import (
     FALSE,
+    is_zero,
     TRUE,
     Access,
     Add,
@@ -50,19 +51,6 @@ from .rules import rule
 from .simplify_preds import Ctx, decide, eliminate, simplify_pred
 
 SECTION = "simplify"  # the registry's figure for these rules (they belong to no figure)
-
-
-def is_zero(e: Expr) -> bool:
-    """Is ``e`` syntactically zero (0, a gen/sum/bracket of zero, a pair of zeros)?"""
-    match e:
-        case Const(value=v):
-            return v == 0
-        case Gen(body=b) | Iverson(body=b) | Sum(body=b):
-            return is_zero(b)
-        case Pair(fst=a, snd=b):
-            return is_zero(a) and is_zero(b)
-        case _:
-            return False
 
 
 def zero_like(e: Expr) -> Expr:

@@ -47,9 +47,9 @@ from dataclasses import replace
 from tensorlang.errors import UnsupportedError, describe
 from tensorlang.ir import (
     FALSE,
+    conjuncts,
     TRUE,
     Access,
-    And,
     Add,
     Call,
     Cmp,
@@ -291,16 +291,10 @@ def _without_false(view):
     return view
 
 
-def _conjuncts(p: Pred) -> list:
-    if isinstance(p, And):
-        return _conjuncts(p.lhs) + _conjuncts(p.rhs)
-    return [p]
-
-
 def _sort_pred(p: Pred) -> Pred:
     """A conjunction with its conjuncts in a canonical order (by their printed
     form under canonical index names), so ``a ∧ b`` and ``b ∧ a`` intern alike."""
-    cs = _conjuncts(p)
+    cs = conjuncts(p)
     if len(cs) == 1:
         return p
     return conj(*sorted(cs, key=repr))

@@ -21,6 +21,7 @@ from tensorlang.errors import TensorLangError, describe
 from tensorlang.functions import derivative_def
 from tensorlang.ir import (
     Access,
+    is_zero,
     Add,
     Call,
     Const,
@@ -44,21 +45,6 @@ from .rules import rule
 
 # --------------------------------------------------------------------------
 # Literal zeros and the folding constructors
-
-
-def is_zero(e: Expr) -> bool:
-    """Is ``e`` syntactically a zero value (0, gen of zero, pair of zeros, [p]·0)?"""
-    match e:
-        case Const(value=v):
-            return v == 0
-        case Gen(body=b) | Iverson(body=b) | Sum(body=b):
-            return is_zero(b)
-        case Pair(fst=a, snd=b):
-            return is_zero(a) and is_zero(b)
-        case Access(arr=a) | Proj(arg=a):
-            return is_zero(a)
-        case _:
-            return False
 
 
 def zero_like(e: Expr) -> Expr:

@@ -77,7 +77,8 @@ from .ir import (
     walk,
 )
 from .cost_relations import _relation_factor, relation_count_values
-from .cost_preds import _aff_vec, _conjuncts, _expand, _pred_vec, has_relation  # noqa: F401  (has_relation: public)
+from .cost_preds import _aff_vec, _expand, _pred_vec, has_relation  # noqa: F401  (has_relation: public)
+from .ir import conjuncts
 from .sharing import explicit_sharing
 from .typecheck import check_program, type_of
 
@@ -270,7 +271,7 @@ def count_enumerate(binders, pred: Pred, sizes: dict, rels: dict) -> int:
 
     Conjuncts are applied as soon as their indices are bound, so a sparse
     relation prunes the enumeration early."""
-    pending = _conjuncts(pred)
+    pending = conjuncts(pred)
     env: dict = {}
     N = 1
     bound: set = set()
@@ -324,7 +325,7 @@ def count_components(binders, pred: Pred, sizes: dict, rels: dict) -> int:
     (no conjunct or extent links two groups): affine groups are counted by
     isl, relational ones by enumeration, so an index that a relation does not
     mention never multiplies the enumeration."""
-    conjs = _conjuncts(pred)
+    conjs = conjuncts(pred)
     index = {i: k for k, (i, _) in enumerate(binders)}
     parent = list(range(len(binders)))
 

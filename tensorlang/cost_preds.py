@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from .errors import TensorLangError, UnsupportedError
-from .ir import TRUE, And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, walk
+from .ir import And, BoolLit, Cmp, Exists, IndexVar, Or, Pred, Rel, SizeVar, walk
 
 _HAS_REL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # this module's memo (issue #14 item 4)
 
@@ -89,8 +89,3 @@ def _expand(env: dict, i: IndexVar, ext: np.ndarray, N: int):
     env2[i] = ks
     return env2, rows, total
 
-
-def _conjuncts(p: Pred) -> list:
-    if isinstance(p, And):
-        return _conjuncts(p.lhs) + _conjuncts(p.rhs)
-    return [] if p is TRUE else [p]

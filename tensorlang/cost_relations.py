@@ -28,7 +28,8 @@ import numpy as np
 import sympy
 
 from . import isl_bridge as ib
-from .cost_preds import _conjuncts, has_relation
+from .cost_preds import has_relation
+from .ir import conjuncts
 from .errors import TensorLangError, UnsupportedError, describe
 from .ir import TRUE, Aff, And, Cmp, Exists, IndexVar, Or, Pred, Rel, conj, free_indices, fresh_index, subst, sym_aff
 
@@ -162,7 +163,7 @@ def _solve_equalities(binders, conjs: list, protected: frozenset):
                 v, sol = choice
                 rest = [subst(x, idx={v: sol}) for x in conjs if x is not c]
                 rest += [Cmp("<=", Aff((), 0), sol), Cmp("<", sol, ext[v])]
-                conjs = [y for x in rest for y in _conjuncts(x)]
+                conjs = [y for x in rest for y in conjuncts(x)]
                 binders = tuple(b for b in binders if b[0] is not v)
                 break
         else:
@@ -189,7 +190,7 @@ def _split_atom(c: Pred, B):
             f"symbolic cost: the relational predicate {describe(c)} is not a conjunction of relation atoms "
             "(a relation under 'or' has no count symbol); use tl.cost with relation data"
         )
-    parts = _conjuncts(body)
+    parts = conjuncts(body)
     protected = frozenset().union(*(free_indices(p) for p in parts if has_relation(p)))
     exvars, parts = _solve_equalities(exvars, parts, protected)
     exvars = list(exvars)
@@ -239,7 +240,7 @@ def _split_atom(c: Pred, B):
 def _relation_factor(B, P: Pred):
     """``#{B : P}`` = Π symbols × ``#{B' : A}``: returns (sympy factor, B', A)."""
     conjs = []
-    for c in _conjuncts(P):
+    for c in conjuncts(P):
         if c not in conjs:
             conjs.append(c)
     protected = frozenset().union(*(free_indices(c) for c in conjs if has_relation(c)))
@@ -298,7 +299,7 @@ def _exists_over_or(c: Pred) -> Pred:
     body = _exists_over_or(c.body)
     if isinstance(body, Or):
         return Or(Exists(c.var, c.extent, body.lhs), Exists(c.var, c.extent, body.rhs))
-    parts = _conjuncts(body)
+    parts = conjuncts(body)
     for k, p in enumerate(parts):
         p = _exists_over_or(p)
         if isinstance(p, Or) and has_relation(p):

@@ -28,7 +28,8 @@ import islpy as isl
 import sympy
 
 from . import isl_bridge as ib
-from .cost_fig6 import ADD, MUL, _conjuncts, cost_terms, has_relation
+from .cost_fig6 import ADD, MUL, cost_terms, has_relation
+from .ir import conjuncts
 from .cost_relations import (  # noqa: F401  (re-exported: the symbols' public API)
     _REL_META,
     _REL_SYMS,
@@ -187,7 +188,7 @@ def relational_count(B, P: Pred, carrier, params, depth: int = 0):
     relation is split by inclusion-exclusion,
     ``#(r ∧ (x ∨ y)) = #(r ∧ x) + #(r ∧ y) - #(r ∧ x ∧ y)``, until every
     part has the factored form of :func:`_relation_factor`."""
-    conjs = [_exists_over_or(c) for c in _conjuncts(P)]
+    conjs = [_exists_over_or(c) for c in conjuncts(P)]
     for k, c in enumerate(conjs):
         if isinstance(c, Or) and has_relation(c):
             if depth > 6:

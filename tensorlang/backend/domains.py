@@ -19,7 +19,7 @@ from __future__ import annotations
 import islpy as isl
 
 from ..errors import TensorLangError, UnsupportedError, describe
-from ..ir import TRUE, Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, SizeVar, conj
+from ..ir import Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, SizeVar, conj
 from ..isl_bridge import Names
 from . import kir as K
 from .astgen import expr_of, int_literal
@@ -142,12 +142,6 @@ def has_rel(p: Pred) -> bool:
             raise UnsupportedError(f"not a predicate: {p!r}")
 
 
-def conjuncts(p: Pred) -> list:
-    if p is TRUE:
-        return []
-    if isinstance(p, And):
-        return conjuncts(p.lhs) + conjuncts(p.rhs)
-    return [p]
 
 
 def box_cons(names: list, extents: list, scope: Scope) -> list:

@@ -12,7 +12,7 @@ whose black-box functions overflow.)
 from __future__ import annotations
 
 from ..errors import UnsupportedError, describe
-from ..ir import TRUE, Access, Add, BoolLit, Call, Const, Expr, Gen, Iverson, Let, Mul, Or, Proj, Sum, Var, conj
+from ..ir import TRUE, Access, Add, BoolLit, Call, Const, Expr, Gen, Iverson, Let, Mul, Or, Proj, Sum, Var, conj, conjuncts
 
 
 def split_bracket(e: Expr):
@@ -68,19 +68,13 @@ def _and(p, q):
         return p
     seen = set()
     parts = []
-    for c in _conjuncts(p) + _conjuncts(q):
+    for c in conjuncts(p) + conjuncts(q):
         if id(c) not in seen:
             seen.add(id(c))
             parts.append(c)
     return conj(*parts)
 
 
-def _conjuncts(p):
-    from ..ir import And
-
-    if isinstance(p, And):
-        return _conjuncts(p.lhs) + _conjuncts(p.rhs)
-    return [] if p is TRUE else [p]
 
 
 def _bracket(p, e):

@@ -60,7 +60,8 @@ from ..ir import (
 from . import kir as K
 from .astgen import to_loops
 from .fusion import out_vars, resolve_aliases, split_program
-from .domains import MAX_SIZE, Scope, aff_expr, ast_for, block_set, box_cons, conjuncts, covers, has_rel
+from .domains import MAX_SIZE, Scope, aff_expr, ast_for, block_set, box_cons, covers, has_rel
+from ..ir import conjuncts
 from .hoist import hoist, occurrences, split_bracket
 from .loopir import Alloc, Assign, If, KernelIR, Loop, Store
 from .temps import bound_depth

@@ -21,7 +21,8 @@ from __future__ import annotations
 from ..ir import TRUE, Aff, Add, And, Cmp, Exists, Or, Pred, Rel, SparseVar, Var, conj, free_indices
 from . import kir as K
 from .astgen import to_loops
-from .domains import Scope, aff_expr, ast_for, conjuncts, in_range
+from .domains import Scope, aff_expr, ast_for, in_range
+from ..ir import conjuncts
 from .loopir import Assign, Break, If, Loop
 
 

@@ -37,7 +37,8 @@ import islpy as isl
 
 from ..ir import TRUE, Access, Add, Call, Gen, Iverson, Let, Mul, Proj, Rel, SparseVar, Sum, Var, accesses, conj, free_vars, gens, subst, sums, walk
 from . import kir as K
-from .domains import aff_expr, box_cons, conjuncts, has_rel
+from .domains import aff_expr, box_cons, has_rel
+from ..ir import conjuncts
 from .fusion import fuse
 from .hoist import hoist, occurrences, split_bracket
 from .interchange import TILE, accumulate_order

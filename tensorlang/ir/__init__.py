@@ -51,7 +51,9 @@ from .indices import (  # noqa: F401
     as_aff,
     as_pred,
     conj,
+    conjuncts,
     disj,
+    disjuncts,
     sym_aff,
 )
 from .types_base import (  # noqa: F401
@@ -93,6 +95,7 @@ from .expressions import (  # noqa: F401
     fresh_index,
     fresh_var,
     gens,
+    is_zero,
     lets,
     make_gens,
     make_lets,

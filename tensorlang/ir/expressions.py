@@ -207,6 +207,23 @@ def as_expr(x) -> Expr:
 # Small helpers shared by passes
 
 
+def is_zero(e: Expr) -> bool:
+    """Is ``e`` syntactically a zero value: 0, a gen, sum or bracket of zero, a
+    pair of zeros, or an access or projection of one (the folding test of
+    Figure 13's D and of simplify; never a semantic test)."""
+    match e:
+        case Const(value=v):
+            return v == 0
+        case Gen(body=b) | Iverson(body=b) | Sum(body=b):
+            return is_zero(b)
+        case Pair(fst=a, snd=b):
+            return is_zero(a) and is_zero(b)
+        case Access(arr=a) | Proj(arg=a):
+            return is_zero(a)
+        case _:
+            return False
+
+
 def accesses(base: Expr):
     """Split ``x[a0][a1]...`` into ``(x, (a0, a1, ...))``."""
     idxs = []

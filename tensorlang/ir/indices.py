@@ -416,6 +416,20 @@ def conj(*ps: Pred) -> Pred:
     return out
 
 
+def conjuncts(p: Pred) -> list:
+    """The parts of a conjunction, left to right (``conj`` inverted): ``TRUE`` has none."""
+    if isinstance(p, And):
+        return conjuncts(p.lhs) + conjuncts(p.rhs)
+    return [] if p is TRUE else [p]
+
+
+def disjuncts(p: Pred) -> list:
+    """The parts of a disjunction, left to right; a predicate that is no ``Or`` is its one part."""
+    if isinstance(p, Or):
+        return disjuncts(p.lhs) + disjuncts(p.rhs)
+    return [p]
+
+
 def disj(*ps: Pred) -> Pred:
     out: Pred = FALSE
     for p in ps:
