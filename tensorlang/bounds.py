@@ -38,7 +38,7 @@ import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 
-import islpy as isl
+from .isl_bridge import isl
 
 from . import isl_bridge
 from .errors import BoundsError, InputError, TensorLangError, UnsupportedError, describe

@@ -24,7 +24,7 @@ from .deep import deep
 
 from functools import lru_cache
 
-import islpy as isl
+from .isl_bridge import isl
 import sympy
 
 from . import isl_bridge as ib

@@ -3,7 +3,10 @@
 The edge between the IR and isl (paper Section 4.3: affine predicates become
 narrowed loop bounds, and the cost model counts the points where they hold).
 Used by the symbolic cost model, by the simplifier (deciding predicates) and
-by the backend (iteration domains).  Nothing else imports islpy.
+by the backend (iteration domains).  Nothing else imports islpy: the modules
+that build isl sets and ASTs themselves (``bounds``, ``cost_symbolic``, the
+backend's domains, AST generation, separation and fusion) take the module
+as ``isl`` from here (tests/system/test_layering.py checks this).
 
 A *domain* is a list of binders ``[(IndexVar, extent), ...]`` (outermost
 first) and a predicate over them; size variables become isl parameters.

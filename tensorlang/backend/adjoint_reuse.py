@@ -38,7 +38,7 @@ form the tests and the cost model see).
 
 from __future__ import annotations
 
-import islpy as isl
+from ..isl_bridge import isl
 
 from ..errors import UnsupportedError
 from ..ir import (

@@ -72,13 +72,14 @@ def key_options(expr: Expr, mode: str, dtype: str) -> str:
     """Everything besides the canonical program that decides the source:
     mode, precision, tool versions and the code of the user functions it
     calls (passed to ``cache.program_key`` in its ``mode`` argument)."""
-    import islpy
     import numba
+
+    from ..isl_bridge import isl
 
     from ..functions import user_functions
     from .scalars import fingerprint
 
-    parts = [mode, dtype, f"numba={numba.__version__}", f"islpy={islpy.VERSION_TEXT}", f"codegen={CODEGEN_VERSION}"]
+    parts = [mode, dtype, f"numba={numba.__version__}", f"islpy={isl.VERSION_TEXT}", f"codegen={CODEGEN_VERSION}"]
     parts += [f"{f}={fingerprint(f)}" for f in user_functions(expr)]
     return "|".join(parts)
 

@@ -10,7 +10,7 @@ kernel-IR nodes (``kir.py``); an integer literal outside int64 is refused.
 
 from __future__ import annotations
 
-import islpy as isl
+from ..isl_bridge import isl
 
 from ..errors import UnsupportedError
 from . import kir as K

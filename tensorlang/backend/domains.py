@@ -16,11 +16,9 @@ Uses :class:`tensorlang.isl_bridge.Names` for predicate text.
 
 from __future__ import annotations
 
-import islpy as isl
-
 from ..errors import TensorLangError, UnsupportedError, describe
 from ..ir import Aff, And, BoolLit, Cmp, Exists, Or, Pred, Rel, SizeVar, conj
-from ..isl_bridge import Names
+from ..isl_bridge import Names, isl
 from . import kir as K
 from .astgen import expr_of, int_literal
 

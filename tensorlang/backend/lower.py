@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import islpy as isl
+from ..isl_bridge import isl
 
 from ..errors import TensorLangError, UnsupportedError, describe
 from ..ir import (

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import islpy as isl
+from ..isl_bridge import isl
 
 from ..ir import TRUE, Access, Add, Call, Gen, Iverson, Let, Mul, Proj, Rel, SparseVar, Sum, Var, accesses, conj, free_vars, gens, subst, sums, walk
 from . import kir as K

@@ -26,7 +26,7 @@ the generated source, which Numba's compile time follows, shrinks with it).
 
 from __future__ import annotations
 
-import islpy as isl
+from ..isl_bridge import isl
 
 from ..errors import UnsupportedError
 from ..ir import And, Cmp, Iverson, Or, walk

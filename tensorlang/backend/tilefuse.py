@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-import islpy as isl
+from ..isl_bridge import isl
 
 from . import kir as K
 from .astgen import isl_text

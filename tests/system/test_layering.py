@@ -242,3 +242,27 @@ def test_no_import_error_guard_around_our_modules():
                     elif isinstance(imp, ast.Import) and any(a.name.split(".")[0] in ours for a in imp.names):
                         bad.append(f"{name}:{imp.lineno}")
     assert not bad, f"except ImportError around our own modules: {bad}"
+
+
+def _imports_of(tree) -> set:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_islpy_is_imported_by_the_affine_edge_only():
+    """Issue 14 item 3: the affine layer is the one islpy user; the backend,
+    the bounds check and the symbolic cost model take ``isl`` from
+    ``tensorlang.isl_bridge`` (imports inside functions count)."""
+    users = []
+    for name, path in modules().items():
+        if not name.startswith(("tensorlang", "passes")):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            if "islpy" in _imports_of(ast.parse(fh.read(), path)):
+                users.append(name)
+    assert users == ["tensorlang.isl_bridge"], users
