@@ -217,6 +217,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         _PRINT.compared = compared
         _PRINT.float32 = dtype == "float32"
         run = printed_ir(ir, par, truth)
+        _check_nesting(run, par)
         if tests is not None:
             version_tests(ir, [run], tests)
         try:
@@ -229,6 +230,39 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")
         out.append("".join(lines))
     return "".join(out)
+
+
+# CPython compiles at most 20 statically nested blocks (``for``/``while`` loops; ``if`` is
+# no block) in one function: a deeper kernel is a SyntaxError when its module is imported
+MAX_NESTED_LOOPS = 20
+
+
+def _check_nesting(run: KernelIR, par: bool) -> None:
+    """Refuse (UnsupportedError) a printed kernel IR ``run`` whose loops nest deeper than
+    Python compiles: the loop IR's depth, plus the chunk loop ``_chunked`` prints around a
+    split reduction of the parallel variant.  Which statement is too deep is named by
+    the arrays it stores to (their let names) or the scalars it assigns."""
+    red = reductions(run) if par else {}
+    for s in run.body:
+        deep = _loop_depth(s, red)
+        if deep > MAX_NESTED_LOOPS:
+            from ..errors import UnsupportedError
+
+            binding = {a.name: a.binding for a in walk_stmts(run.body) if isinstance(a, Alloc)}
+            wrote = sorted({binding.get(x.array) or x.array for x in walk_stmts([s]) if isinstance(x, Store)}
+                           | {x.target for x in walk_stmts([s]) if isinstance(x, (Assign, AccAdd))})
+            raise UnsupportedError(
+                f"the compiled kernel nests {deep} loops (the loop nest computing {', '.join(wrote[:4])}"
+                f"{', ...' if len(wrote) > 4 else ''}); Python, and so Numba, compiles at most "
+                f"{MAX_NESTED_LOOPS} nested loops in one function")
+
+
+def _loop_depth(s, red: dict) -> int:
+    if isinstance(s, Loop):
+        return 1 + (id(s) in red) + max((_loop_depth(b, {}) for b in s.body), default=0)
+    if isinstance(s, If):
+        return max((_loop_depth(b, red) for b in s.then + s.orelse), default=0)
+    return 0
 
 
 def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:

@@ -26,6 +26,8 @@ step, with the same operations.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..ir import Var, input_vars, size_vars
@@ -128,7 +130,12 @@ class LoopProgram:
         self.constraints = bounds.check_program(expr)
         self.expr = expr
         self.mode = mode
-        self.compile_fn = compile_fn
+        # every part's kernel (pre, body, post, hoisted terms, and the derivatives' parts that
+        # loop_autodiff builds with it) runs on the program's threads: threads=1 serial, as the
+        # step programs; a part compiled with threads=None chose serial or parallel per call
+        # (autothreads.py), so a threads=1 program's result changed between its calls
+        self.compile_fn = compile_fn if threads is None else functools.partial(compile_fn, threads=threads)
+        compile_fn = self.compile_fn
         self.sp: Split = split(expr, stage)
         sp = self.sp
         # the values the loop computes (``Part``'s ``internal``), with ``internal``: those of

@@ -148,6 +148,13 @@ def _status(var: str, stmts) -> str:
             # the body may run zero times: it kills nothing for what follows
             if s.var != var and _status(var, s.body) == "read":
                 return "read"
+        elif isinstance(s, Gemm):  # reads its operand arrays, then writes ``out`` entirely (blas.py)
+            if var in s.arrays_read():
+                return "read"
+            if s.out == var:
+                return "killed"
+        elif not isinstance(s, Break):  # a statement this analysis does not know: it may read anything
+            return "read"
     return "none"
 
 

@@ -323,3 +323,31 @@ def test_a_value_read_after_a_reduction_keeps_it_serial():
     later_loop = [Loop("j", K.Int(0), K.Name("n"), 1, (Assign("t", K.Name("j")), AccAdd("acc", K.Name("t"))), "sum")]
     assert id(loop) in reductions(ir(later_loop + [Assign("out", K.Float(0.0))]))
     assert reductions(ir([Assign("out", K.Name("i"))])) == {}  # the loop variable's last value
+
+
+def test_a_blas_read_after_a_reduction_keeps_it_serial():
+    """rw.dead_after sees what a ``Gemm`` statement (blas.py) reads and
+    writes, as rw.reads_writes does: an array a reduction loop allocates per
+    iteration and a later GEMV reads holds the loop's last iteration's
+    values, which a chunk's would not be.  (Session 13 hunt: dead_after
+    passed over a Gemm, so this loop was split; unknown statements count as
+    reads.)"""
+    from tensorlang.backend import kir as K
+    from tensorlang.backend.blas import Gemm, View
+    from tensorlang.backend.loopir import AccAdd, Alloc, Assign, KernelIR, Loop, Store
+    from tensorlang.backend.rw import dead_after
+
+    body = (Alloc("w", (K.Name("n"),), True, "temporary", "w"),
+            Store("w", (K.Int(0),), K.Load("x", (K.Name("i"),))),
+            AccAdd("acc", K.Load("w", (K.Int(0),))))
+    loop = Loop("i", K.Int(0), K.Name("n"), 1, body, "sum")
+    gemv = Gemm("y", View("A"), View("w"))
+
+    def ir(after):
+        return KernelIR(["n", "x", "A"], [], [Assign("acc", K.Float(0.0)), loop, *after], ["acc", "y"])
+
+    assert not dead_after("w", [gemv])  # read by the product
+    assert dead_after("y", [gemv])  # written entirely before any read
+    assert not dead_after("y", [Gemm("z", View("A"), View("y"))])
+    assert reductions(ir([gemv])) == {}
+    assert reductions(ir([Gemm("w", View("A"), View("x"))])) == {id(loop): ("acc",)}  # w written first

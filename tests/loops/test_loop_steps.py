@@ -281,3 +281,36 @@ def test_checkpoint_option_of_grad_is_normalized():
     want = grad(loss, [ins["u0"]])(**d)
     for ck in ("binomial", 4, ("binomial", 2)):
         np.testing.assert_array_equal(grad(loss, [ins["u0"]], checkpoint=ck)(**d), want)
+
+
+def test_threads_1_runs_every_part_serially(monkeypatch):
+    """``threads=1`` runs every kernel of a loop program serially, the parts
+    run by per-step validated calls (T < DRIVER_MIN_STEPS) included: calls
+    are equal bit for bit, and to the NumPy heat reference to rounding.
+    (Session 13 hunt: the parts were compiled with threads=None, whose
+    automatic choice (autothreads.py) runs the parallel variant on its
+    calls 4-6 and then the faster; at n = 257 (66049 points, past
+    PARALLEL_MIN) the κ cotangent of a threads=1 gradient changed between
+    its first and second call.)"""
+    import os
+
+    import numba
+
+    from benchmarks.heat import grad_ref
+    from tensorlang.backend import api
+
+    if numba.config.NUMBA_NUM_THREADS < 2 or (os.cpu_count() or 1) < api.PARALLEL_MIN_CPUS:
+        pytest.skip("the automatic choice needs two cores")
+    monkeypatch.setattr(api, "cores_free", lambda: True)  # as on a quiet machine
+    d = _data(257, 9, seed=3)
+    loss, ins = heat("all")
+    wrt = [ins["u0"], ins["kappa"]]
+    vg = tl.value_and_grad(loss, wrt=wrt, threads=1)
+    runs = [vg(**d) for _ in range(3)]
+    for v, (gu, gk) in runs[1:]:
+        assert v == runs[0][0] and gk == runs[0][1][1]
+        np.testing.assert_array_equal(gu, runs[0][1][0])
+    want = grad_ref(d)
+    np.testing.assert_allclose(runs[0][1][0], want["u0"], rtol=1e-10, atol=1e-12)
+    assert runs[0][1][1] == pytest.approx(float(want["kappa"]), rel=1e-10)
+    assert vg.loop_program.lp.body.fn.threads == 1
