@@ -72,6 +72,7 @@ from dataclasses import fields, replace
 
 from . import kir as K
 from .blas import Gemm, View
+from .chunks import chunk_loops
 from .colsum import chunk_column_sums, column_sums
 from .offsets import hoist_offsets
 from .residues import residue_copies
@@ -121,7 +122,7 @@ def _intrinsic_access() -> bool:
 
 def has_parallel(ir: KernelIR) -> bool:
     return (any(isinstance(s, Loop) and s.parallel for s in walk_stmts(ir.body)) or bool(reductions(ir))
-            or split_scatters(ir) != list(ir.body))
+            or split_scatters(ir) != list(ir.body) or bool(chunk_loops(serial_passes(ir))[1]))
 
 
 
@@ -173,8 +174,16 @@ def serial_passes(ir: KernelIR) -> KernelIR:
 def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> KernelIR:
     """The loop IR a variant prints: the serial one (``par`` False) or the parallel one;
     ``truth``: a size class's test values (size_classes.py), the versions it cannot take dropped."""
-    # the parallel variant: per-thread scatters (parallel_split.py), short slabs in copies as the serial one
-    run = residue_copies(replace(ir, body=split_scatters(ir))) if par else serial_passes(ir)
+    run = serial_passes(ir)
+    if par:
+        # the serial kernel's loop nests in per-thread chunks (chunks.py); the other top-level
+        # scatters in per-thread copies (parallel_split.py); a kernel with no loop chunks.py
+        # takes keeps the earlier parallel variant: scatters split first, short slabs in copies
+        run, handled = chunk_loops(run)
+        if handled:
+            run = replace(run, body=split_scatters(run, handled))
+        else:
+            run = residue_copies(replace(ir, body=split_scatters(ir)))
     if truth:  # after the passes that make versions, before those that tune what is printed
         run = replace(run, body=list(decide(run.body, truth)))
     run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
