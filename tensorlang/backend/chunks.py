@@ -51,7 +51,7 @@ import islpy as isl
 from . import kir as K
 from .astgen import isl_text
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
-from .parallel_split import THREADS_ARG, _accumulation, _rename_acc
+from .parallel_split import THREADS_ARG, _accumulation, _iteration_work, _rename_acc
 from .rw import _status, dead_after, names, reads_writes
 from .tilefuse import _map_expr, _map_stmts, _params, _uses
 
@@ -202,8 +202,8 @@ def _disjoint(loop: Loop, array: str, assigned: set) -> bool:
 # -- chunked loop -----------------------------------------------------------------
 
 
-def _chunkable(loop: Loop, top: list, pos: int, after: tuple, results: set):
-    """``(accumulators, private allocations)`` when the top-level ``loop``
+def _chunkable(loop: Loop, top: list, pos: int, after: tuple, results: set, allocs: dict = {}):
+    """``(accumulators, private allocations, accumulated arrays)`` when the top-level ``loop``
     (``top[pos]``) can run in chunks (module doc), else None."""
     if loop.parallel or not loop.body or loop.step < 1:
         return None
@@ -234,16 +234,44 @@ def _chunkable(loop: Loop, top: list, pos: int, after: tuple, results: set):
                 private.append(s)
         k -= 1
     assigned = {s.target for s in stmts if isinstance(s, (Assign, AccAdd))}
+    sums = []  # arrays only accumulated into (column sums, colsum.py): per-chunk copies
     for a in sorted(stored - {p.name for p in private}):
-        if not _disjoint(loop, a, assigned):
+        if _disjoint(loop, a, assigned):
+            continue
+        if a in allocs and _only_accumulated(stmts, a):
+            sums.append(a)
+        else:
             return None
-    return tuple(accs), tuple(private)
+    return tuple(accs), tuple(private), tuple(sums)
 
 
-def _chunk(loop: Loop, accs, private, fresh) -> list:
+def _only_accumulated(stmts, a: str) -> bool:
+    """Every store into ``a`` is ``a[ix] = a[ix] + t`` and nothing else reads ``a``."""
+    for t in stmts:
+        own = _accumulation(t, {a}) if isinstance(t, Store) else None
+        if isinstance(t, Store):
+            if t.array == a and own is None:
+                return False
+            read = names(t.index, set()) | names(own[2] if own else t.value, set())
+        elif isinstance(t, Loop):
+            read = names((t.lo, t.hi), set())
+        elif isinstance(t, If):
+            read = names(t.cond, set())
+        elif isinstance(t, (Assign, AccAdd)):
+            read = names(t.value, set())
+        else:
+            read = names(t.shape, set())
+        if a in read:
+            return False
+    return True
+
+
+def _chunk(loop: Loop, accs, private, fresh, sums=(), allocs: dict = {}) -> list:
     """``loop`` in ``T`` contiguous chunks (module doc), kernel-IR statements."""
     t, n, c = fresh("T"), fresh("N"), fresh("c")
     out = [Assign(t, K.MinMax("max", (K.Int(1), K.Name(THREADS_ARG)))), Assign(n, _trips(loop))]
+    parts = {a: fresh(a + "_p") for a in sums}
+    out += [Alloc(parts[a], (K.Name(t),) + tuple(allocs[a].shape), True, "temporary", parts[a]) for a in sums]
     part = {a: fresh(a + "_p") for a in accs}
     mine = {a: fresh(a + "_q") for a in accs}
     out += [Alloc(part[a], (K.Name(t),), False, "temporary", part[a]) for a in accs]
@@ -252,7 +280,7 @@ def _chunk(loop: Loop, accs, private, fresh) -> list:
     first = K.Cmp("==", cv, K.Int(0))
     body += [Assign(mine[a], K.Select(first, K.Name(a), K.Float(0.0))) for a in accs]
     run = replace(loop, lo=_bound(loop, n, cv, t), hi=_bound(loop, n, K.IBin("+", cv, K.Int(1)), t),
-                  body=_rename_acc(loop.body, mine))
+                  body=_to_parts(_rename_acc(loop.body, mine), parts, cv))
     body.append(run)
     body += [Store(part[a], (cv,), K.Name(mine[a])) for a in accs]
     out.append(Loop(c, K.Int(0), K.Name(t), 1, tuple(body), "gen", parallel=True))
@@ -260,7 +288,35 @@ def _chunk(loop: Loop, accs, private, fresh) -> list:
         k = fresh("k")
         out.append(Assign(a, K.Load(part[a], (K.Int(0),), True)))
         out.append(Loop(k, K.Int(1), K.Name(t), 1, (AccAdd(a, K.Load(part[a], (K.Name(k),), True)),), "gen"))
+    for a in sums:
+        out += _combine(a, parts[a], t, allocs, fresh)
     return out
+
+
+def _to_parts(stmts, parts: dict, cv: K.KExpr) -> tuple:
+    """``stmts`` with each accumulation ``A[ix] = A[ix] + t`` into an array of
+    ``parts`` made into its chunk's copy ``parts[A][c, ix]``."""
+    def to_part(st):
+        got = _accumulation(st, set(parts)) if isinstance(st, Store) else None
+        if got is None:
+            return st
+        a, ix, term = got
+        at = (cv,) + tuple(ix)
+        return Store(parts[a], at, K.FSum((K.Load(parts[a], at, True), term)))
+
+    return _map_stmts_s(stmts, to_part) if parts else tuple(stmts)
+
+
+def _combine(a: str, part: str, t: str, allocs: dict, fresh) -> list:
+    """``A[e] += part[k, e]`` for every element, ``k`` in chunk order."""
+    ix = tuple(fresh(f"e{d}") for d in range(len(allocs[a].shape)))
+    at = tuple(K.Name(i) for i in ix)
+    k = fresh("k")
+    st = (Loop(k, K.Int(0), K.Name(t), 1, (Store(a, at, K.FSum((K.Load(a, at, True), K.Load(
+        part, (K.Name(k),) + at, True)))),), "gen"),)
+    for d in reversed(range(len(ix))):
+        st = (Loop(ix[d], K.Int(0), allocs[a].shape[d], 1, st, "gen"),)
+    return list(st)
 
 
 # -- chunked accumulation inside a loop -------------------------------------------
@@ -320,27 +376,12 @@ def _split_inner(s: Loop, accs, allocs: dict, fresh) -> tuple:
     worth = K.BoolOp("and", (K.Cmp(">", K.Name(t), K.Int(1)), K.Cmp(
         "<=", K.IBin("*", K.IBin("*", elements, K.Name(t)), K.Int(SPLIT_FACTOR)), K.Name(n))))
 
-    def to_part(st):
-        got = _accumulation(st, set(accs)) if isinstance(st, Store) else None
-        if got is None:
-            return st
-        a, ix, term = got
-        at = (cv,) + tuple(ix)
-        return Store(parts[a], at, K.FSum((K.Load(parts[a], at, True), term)))
-
-    body = _map_stmts_s(s.body, to_part)
-    run = replace(s, lo=_bound(s, n, cv, t), hi=_bound(s, n, K.IBin("+", cv, K.Int(1)), t), body=body)
+    run = replace(s, lo=_bound(s, n, cv, t), hi=_bound(s, n, K.IBin("+", cv, K.Int(1)), t),
+                  body=_to_parts(s.body, parts, cv))
     split = [Alloc(parts[a], (K.Name(t),) + tuple(allocs[a].shape), True, "temporary", parts[a]) for a in accs]
     split.append(Loop(c, K.Int(0), K.Name(t), 1, (run,), "gen", parallel=True))
     for a in accs:  # element by element, the chunks' copies in chunk order
-        ix = tuple(fresh(f"e{d}") for d in range(len(allocs[a].shape)))
-        at = tuple(K.Name(i) for i in ix)
-        k = fresh("k")
-        st = (Loop(k, K.Int(0), K.Name(t), 1, (Store(a, at, K.FSum((K.Load(a, at, True), K.Load(
-            parts[a], (K.Name(k),) + at, True)))),), "gen"),)
-        for d in reversed(range(len(ix))):
-            st = (Loop(ix[d], K.Int(0), allocs[a].shape[d], 1, st, "gen"),)
-        split += list(st)
+        split += _combine(a, parts[a], t, allocs, fresh)
     return (Assign(t, K.MinMax("max", (K.Int(1), K.Name(THREADS_ARG)))), Assign(n, _trips(s)),
             If(worth, tuple(split), (s,)))
 
@@ -379,6 +420,36 @@ def _inner(stmts, rest: tuple, allocs: dict, fresh, done: list) -> tuple:
 # -- the pass ------------------------------------------------------------------------
 
 
+def _chunked_loop(s: Loop, got, rest: tuple, allocs: dict, fresh) -> list:
+    """The statements running ``s`` in chunks (``got``: ``_chunkable``'s answer)."""
+    accs, private, sums = got
+    new = _chunk(s, accs, private, fresh, sums, allocs)
+    if sums:  # worth its copies (as parallel_split's rule): sizes * T * SPLIT_FACTOR <= the loop's work
+        t = fresh("T")
+        first = _map_expr(_iteration_work(s), lambda x: s.lo if x == K.Name(s.var) else None)
+        work = K.IBin("*", _trips(s), first)  # (the first iteration's work, times the trips)
+        size = K.Int(0)
+        for a in sums:
+            one = K.Int(1)
+            for d in allocs[a].shape:
+                one = K.IBin("*", one, K.MinMax("max", (K.Int(0), d)))
+            size = K.IBin("+", size, one)
+        worth = K.Cmp("<=", K.IBin("*", K.IBin("*", size, K.Name(t)), K.Int(SPLIT_FACTOR)), work)
+        return [Assign(t, K.MinMax("max", (K.Int(1), K.Name(THREADS_ARG)))),
+                If(worth, tuple(new), tuple(private) + (s,))]
+    if accs:  # (a loop with partial sums is always chunked: codegen's split of reductions might wrap its fallback)
+        return new
+    done: list = []
+    serial = replace(s, body=_inner(s.body, (s,) + rest, allocs, fresh, done))
+    if not done:
+        return new
+    t = fresh("T")
+    many = K.Cmp(">=", _trips(s), K.IBin("*", K.Int(CHUNK_MIN), K.Name(t)))
+    # the serial loop allocates what the chunks would have
+    return [Assign(t, K.MinMax("max", (K.Int(1), K.Name(THREADS_ARG)))),
+            If(many, tuple(new), tuple(private) + (serial,))]
+
+
 def chunk_loops(ir: KernelIR):
     """``(loop IR, handled)``: the serial kernel's loop IR ``ir`` with each
     top-level loop that qualifies run in per-thread chunks (module doc);
@@ -387,41 +458,32 @@ def chunk_loops(ir: KernelIR):
     fresh = _Names()
     results = set(ir.results)
     allocs = {a.name: a for a in list(ir.allocs) + [s for s in walk_stmts(ir.body) if isinstance(s, Alloc)]}
-    body = list(ir.body)
-    out, handled = [], set()
-    drop = set()
-    for pos, s in enumerate(body):
-        if id(s) in drop:
-            continue
-        if not isinstance(s, Loop):
-            out.append(s)
-            continue
-        got = _chunkable(s, body, pos, (), results)
-        done: list = []
-        serial = replace(s, body=_inner(s.body, (s,) + tuple(body[pos + 1:]), allocs, fresh, done)) \
-            if not s.parallel else s
-        if got is None and not done:
-            out.append(s)
-            continue
-        if got is None:
-            new = [serial]
-        else:
-            accs, private = got
-            for p in private:  # allocated in each chunk instead
-                drop.add(id(p))
-            out = [x for x in out if not any(x is p for p in private)]
-            chunked = _chunk(s, accs, private, fresh)
-            if done and not accs:  # (with partial sums, codegen's split of reductions might wrap it)
-                t = fresh("T")
-                many = K.Cmp(">=", _trips(s), K.IBin("*", K.Int(CHUNK_MIN), K.Name(t)))
-                # the serial loop allocates what the chunks would have
-                new = [Assign(t, K.MinMax("max", (K.Int(1), K.Name(THREADS_ARG)))),
-                       If(many, tuple(chunked), tuple(private) + (serial,))]
-            else:
-                new = chunked
-        for x in new:
-            handled.add(id(x))
-        out += new
+    handled: set = set()
+
+    def go(body: list, after: tuple) -> list:
+        out = []
+        for pos, s in enumerate(body):
+            if isinstance(s, If):  # a top-level guard (a border's ``n >= 2``): its branches as top level
+                rest = tuple(body[pos + 1:]) + after
+                s2 = replace(s, then=tuple(go(list(s.then), rest)), orelse=tuple(go(list(s.orelse), rest)))
+                if s2 != s:
+                    handled.add(id(s2))
+                out.append(s2)
+                continue
+            got = _chunkable(s, body, pos, after, results, allocs) if isinstance(s, Loop) else None
+            if got is None:
+                # left to the earlier parallel treatment (codegen: prange gen loops, split
+                # reductions, parallel_split's scatters); inner accumulations are chunked
+                # only as the fallback of a chunked loop with too few iterations
+                out.append(s)
+                continue
+            out = [x for x in out if not any(x is p for p in got[1])]  # allocated in each chunk instead
+            new = _chunked_loop(s, got, tuple(body[pos + 1:]) + after, allocs, fresh)
+            handled.update(id(x) for x in new)
+            out += new
+        return out
+
+    out = go(list(ir.body), ())
     return replace(ir, body=out), handled
 
 

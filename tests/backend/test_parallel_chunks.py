@@ -164,7 +164,7 @@ def _ir_loop(index, carried=False):
 
 def test_disjoint_slabs_are_chunked_shared_ones_refused():
     own = _ir_loop(K.Name("h"))
-    assert _chunkable(own, [own], 0, (), set()) == ((), ())
+    assert _chunkable(own, [own], 0, (), set()) == ((), (), ())
     shared = _ir_loop(K.IBin("-", K.Name("h"), K.Name("t")))  # tile t's last point is tile t+1's first
     assert _chunkable(shared, [shared], 0, (), set()) is None
     assert _chunkable(_ir_loop(K.Name("h"), carried=True), [_ir_loop(K.Name("h"), carried=True)], 0, (), set()) is None
@@ -177,3 +177,29 @@ def test_chunk_loops_leaves_refused_loops_alone():
     ir = KernelIR(["N", "D"], [], [shared], [])
     out, handled = chunk_loops(ir)
     assert not handled and out.body == [shared]
+
+
+def test_shared_accumulated_array_gets_per_chunk_copies():
+    """The same loop accumulating into an allocated ``D`` at shared points: copies per chunk (column sums)."""
+    shared = _ir_loop(K.IBin("-", K.Name("h"), K.Name("t")))
+    d = Alloc("D", (K.IBin("*", K.Int(4), K.Name("N")),), True, "temporary", "D")
+    assert _chunkable(shared, [d, shared], 1, (), set(), {"D": d}) == ((), (), ("D",))
+
+
+@pytest.mark.parametrize("n", [5, 64, 300])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_laplacian_loss_column_sums_per_chunk(n, threads, monkeypatch):
+    """The 5-point Laplacian's loss (column partial sums, colsum.py) chunked: NumPy, repeated calls,
+    one thread bitwise the serial kernel."""
+    from benchmarks.parallel_bench import laplacian
+
+    loss, _, data = laplacian(n)
+    u, f = data["u"], data["f"]
+    lap = 4 * u[1:-1, 1:-1] - u[:-2, 1:-1] - u[2:, 1:-1] - u[1:-1, :-2] - u[1:-1, 2:]
+    ref = float((lap ** 2).sum() + ((u - f) ** 2).sum())
+    k = tl.compile(loss, threads=threads)
+    got = k(**data)
+    assert abs(got - ref) <= 1e-12 * ref and k(**data) == got
+    ser = tl.compile(loss, threads=1)(**data)
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 1)
+    assert tl.compile(loss, threads=2)(**data) == ser
