@@ -20,8 +20,15 @@ nest on its share:
   an array allocated uninitialised just before ``L`` and touched nowhere
   else (a tile buffer, tilefuse.py) is allocated per chunk; every scalar
   ``L`` assigns is assigned before it is read in each iteration and is not
-  read after ``L``.  The deconvolution's tile loops (primal, the adjoint's
-  ``dx``) are such loops;
+  read after ``L``.  An allocated array ``L`` only accumulates into
+  (``A[ix] = A[ix] + t``, read nowhere else in ``L``: the column partial
+  sums of colsum.py) at elements several iterations share gets a zeroed
+  ``[T, ...]`` copy, one slice per chunk, added into ``A`` element by
+  element in chunk order; taken at run time when ``size(A) * T *
+  SPLIT_FACTOR`` is at most ``L``'s work (its trips times its first
+  iteration's, parallel_split's count), else ``L`` runs serially.  The
+  deconvolution's tile loops (primal, the adjoint's ``dx``) and the
+  Laplacian's rows are such loops; so are loops in a top-level ``If``;
 * **chunked accumulation** (``_split_inner``): a loop ``S`` inside ``L``
   whose only writes outside itself are accumulations ``A[ix] = A[ix] + t``
   into arrays it does not otherwise read runs in ``T`` contiguous chunks,

@@ -22,7 +22,12 @@ when some loop may run in parallel, ``kernel_parallel`` (``parallel=True``):
   (``split_scatters``; only when the output is small beside the work).
 
 (Which loops qualify, and the scatter rewrite, are decided in
-``parallel_split.py``; this module prints them.)  The serial variant is
+``parallel_split.py``; this module prints them.)  Since session 13 the
+parallel variant starts from the serial variant's loop IR and runs each
+top-level loop that qualifies (chunks.py) as ``T`` contiguous chunks of the
+serial loop nest (tiles, tile fusion, residue copies, lanes inside each
+chunk); the rules above apply to the top-level loops it leaves, and a
+kernel with none it takes keeps the earlier parallel variant whole.  The serial variant is
 printed after two loop-IR rewrites: independent loop nests over one domain
 fused (``hfuse.py``) and reductions nested in an outer loop given one
 partial sum per column (``colsum.py``: the inner loop vectorizes).  In both
