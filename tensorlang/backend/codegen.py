@@ -22,7 +22,12 @@ when some loop may run in parallel, ``kernel_parallel`` (``parallel=True``):
   (``split_scatters``; only when the output is small beside the work).
 
 (Which loops qualify, and the scatter rewrite, are decided in
-``parallel_split.py``; this module prints them.)  The serial variant is
+``parallel_split.py``; this module prints them.)  Since session 13 the
+parallel variant starts from the serial variant's loop IR and runs each
+top-level loop that qualifies (chunks.py) as ``T`` contiguous chunks of the
+serial loop nest (tiles, tile fusion, residue copies, lanes inside each
+chunk); the rules above apply to the top-level loops it leaves, and a
+kernel with none it takes keeps the earlier parallel variant whole.  The serial variant is
 printed after two loop-IR rewrites: independent loop nests over one domain
 fused (``hfuse.py``) and reductions nested in an outer loop given one
 partial sum per column (``colsum.py``: the inner loop vectorizes).  In both
@@ -72,6 +77,7 @@ from dataclasses import fields, replace
 
 from . import kir as K
 from .blas import Gemm, View
+from .chunks import chunk_loops
 from .colsum import chunk_column_sums, column_sums
 from .offsets import hoist_offsets
 from .residues import residue_copies
@@ -121,7 +127,7 @@ def _intrinsic_access() -> bool:
 
 def has_parallel(ir: KernelIR) -> bool:
     return (any(isinstance(s, Loop) and s.parallel for s in walk_stmts(ir.body)) or bool(reductions(ir))
-            or split_scatters(ir) != list(ir.body))
+            or split_scatters(ir) != list(ir.body) or bool(chunk_loops(serial_passes(ir))[1]))
 
 
 
@@ -173,8 +179,16 @@ def serial_passes(ir: KernelIR) -> KernelIR:
 def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> KernelIR:
     """The loop IR a variant prints: the serial one (``par`` False) or the parallel one;
     ``truth``: a size class's test values (size_classes.py), the versions it cannot take dropped."""
-    # the parallel variant: per-thread scatters (parallel_split.py), short slabs in copies as the serial one
-    run = residue_copies(replace(ir, body=split_scatters(ir))) if par else serial_passes(ir)
+    run = serial_passes(ir)
+    if par:
+        # the serial kernel's loop nests in per-thread chunks (chunks.py); the other top-level
+        # scatters in per-thread copies (parallel_split.py); a kernel with no loop chunks.py
+        # takes keeps the earlier parallel variant: scatters split first, short slabs in copies
+        run, handled = chunk_loops(run)
+        if handled:
+            run = replace(run, body=split_scatters(run, handled))
+        else:
+            run = residue_copies(replace(ir, body=split_scatters(ir)))
     if truth:  # after the passes that make versions, before those that tune what is printed
         run = replace(run, body=list(decide(run.body, truth)))
     run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)

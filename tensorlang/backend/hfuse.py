@@ -21,8 +21,9 @@ statements not nested in a loop:
 Fusing makes an inner reduction loop (``acc += e``) share its body with other
 statements, which loses codegen's independent lanes; a fusion is kept only
 when every such reduction then gets column partial sums (``colsum.py``),
-which vectorize.  Only the serial kernel is fused (the parallel one keeps a
-``prange`` per gen nest and chunked reductions).  Built from loop-IR nodes;
+which vectorize.  A serial pass (codegen ``serial_passes``), which the
+parallel kernel runs in per-thread chunks where chunks.py can (else it keeps
+a ``prange`` per gen nest and chunked reductions).  Built from loop-IR nodes;
 the names statements read and write come from rw.py.
 """
 

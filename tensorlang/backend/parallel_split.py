@@ -326,15 +326,19 @@ def _split_scatter(loop: Loop, accs, private, allocs: dict) -> list:
     return count + [If(worth, tuple(split), (loop,))]
 
 
-def split_scatters(ir: KernelIR) -> list:
+def split_scatters(ir: KernelIR, skip=frozenset()) -> list:
     """The parallel variant's top-level statements: each scatter loop not
     inside another loop that qualifies (``_scatter_split``) replaced by
-    ``_split_scatter``."""
+    ``_split_scatter``; ``skip``: ids of top-level statements left as they are
+    (already run in chunks, chunks.py)."""
     allocs = {a.name: a for a in list(ir.allocs) + [s for s in walk_stmts(ir.body) if isinstance(s, Alloc)]}
 
     def go(stmts) -> list:
         out = []
         for s in stmts:
+            if id(s) in skip:
+                out.append(s)
+                continue
             if isinstance(s, If):
                 s = replace(s, then=tuple(go(s.then)), orelse=tuple(go(s.orelse)))
             got = _scatter_split(s, stmts, ir.body, set(ir.results), allocs) if isinstance(s, Loop) else None

@@ -51,8 +51,9 @@ so they keep their huge pages (hugepages.py).  The version test reads only
 sizes and the fused loops are right at every size: a kernel compiled for
 sizes that take them prints them alone, one for sizes that take BLAS keeps
 the test (size_classes.py).  Everything is built from
-loop-IR nodes.  Only the serial kernel is fused (the parallel one keeps a
-``prange`` per nest).
+loop-IR nodes.  A serial pass (codegen ``serial_passes``), which the
+parallel kernel runs in per-thread chunks where chunks.py can (else it
+keeps a ``prange`` per nest).
 """
 
 from __future__ import annotations

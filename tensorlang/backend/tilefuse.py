@@ -64,11 +64,11 @@ not a lone accumulation, was printed as one chain of additions, four
 cycles of latency per element (the m = 3 primal's largest loop); the lanes
 overlap four chains.  Deterministic: a function of ``N`` only.
 
-Only the serial kernel is rewritten (codegen ``serial_passes``): the
-parallel one keeps its per-thread split of ``T`` and its chunked reduction
-of ``C`` as before, so results for ``threads=k > 1`` are unchanged.  ``D``
-stays an argument of both (the pooled temporary the caller passes; the
-serial kernel never touches it).  Built from loop-IR nodes; reads and
+A pass of codegen ``serial_passes``; the parallel kernel runs the fused
+tile loop in per-thread chunks of tiles (chunks.py; a kernel chunks.py
+takes nothing from keeps its per-thread split of ``T`` and chunked
+reduction of ``C``).  ``D`` stays an argument of both (the pooled
+temporary the caller passes; the fused loop never touches it).  Built from loop-IR nodes; reads and
 writes from rw.py, bounds from isl.
 """
 

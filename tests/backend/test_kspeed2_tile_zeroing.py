@@ -112,7 +112,7 @@ def test_deconv_serial_order_is_the_gathers():
 
 def test_deconv_chunked_scatter_equals_serial_bitwise():
     # m large against n: the chunked (per-thread) scatter runs; tiles are disjoint, so each
-    # element is one chunk's value plus the other chunks' zeros: bitwise the serial result
+    # element is one chunk's value plus the other chunks' zeros (parallel_split.py)
     w, loss, v = _deconv()
     g1 = tl.grad(loss, wrt=[v["x"], v["c"]], threads=1)
     g2 = tl.grad(loss, wrt=[v["x"], v["c"]], threads=2)
@@ -127,10 +127,14 @@ def test_deconv_chunked_scatter_equals_serial_bitwise():
     for n, m in ((3000, 9000), (2048, 20000)):
         d = {"x": rng.normal(size=n + m - 1), "c": rng.normal(size=m) / m, "z": rng.normal(size=n)}
         a1 = g1(**d)
+        # (since session 13 the parallel kernel runs the primal's few tiles serially with the
+        # sum over m in per-thread copies, chunks.py: y, and so the gradient, to rounding)
+        first = g2(**d)
         for _ in range(2):
             a2 = g2(**d)
-            for p, q in zip(a1, a2):
-                np.testing.assert_array_equal(p, q)
+            for p, q, r in zip(a1, a2, first):
+                np.testing.assert_array_equal(q, r)  # deterministic for a thread count
+                np.testing.assert_allclose(q, p, rtol=1e-9, atol=1e-13)
         ref = w.grad_ref(d)
         np.testing.assert_allclose(a1[0], ref["x"], rtol=1e-9, atol=1e-11)
         np.testing.assert_allclose(a1[1], ref["c"], rtol=1e-9, atol=1e-11)

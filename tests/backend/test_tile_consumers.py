@@ -8,12 +8,13 @@ one tile of ``y`` at a time (interchange.py, scatter.py); its loss
 the end of each tile, on a tile buffer: ``y`` is never stored.
 
 Structure (the serial loop IR: one top-level loop, no store into ``y``, a
-tile buffer of ``TILE`` elements; the parallel variant as before), the
+tile buffer of ``TILE`` elements; the parallel variant runs it per thread
+chunk, chunks.py), the
 loss's order of additions done in NumPy, bitwise (codegen's four lanes
 over ``[0, n)``, carried across tiles), at sizes around the tile boundary
 (n < TILE, = TILE, = TILE + 1, m = 1, m > n, n below residues.SHORT where
 ``y`` takes copies), the gradient against NumPy, ``threads=2`` in its
-documented chunk order as before, and the legality checks refusing what
+order in test_parallel_chunks.py, and the legality checks refusing what
 they must (a consumer at a shifted point, a partial range, an access out
 of its tile's slab, proved with isl).  Never a time.
 """
@@ -88,20 +89,6 @@ def _loss_in_lane_order(d) -> float:
     return acc[0] + rest
 
 
-def _loss_in_chunk_order(d, threads) -> float:
-    """The parallel variant's split reduction: ``threads`` contiguous chunks, each one chain from
-    0, added in chunk order (codegen ``_chunked``; unchanged by tilefuse.py)."""
-    sq = [float(s) for s in _squares(d)]
-    n = len(sq)
-    total = 0.0
-    for c in range(threads):
-        part = 0.0
-        for i in range(n * c // threads, n * (c + 1) // threads):
-            part += sq[i]
-        total += part
-    return total
-
-
 def _stored(stmts) -> set:
     return {s.array for s in walk_stmts(stmts) if isinstance(s, Store)}
 
@@ -145,9 +132,9 @@ def test_primal_serial_kernel_never_stores_y():
     # the loss's sum in LANES partial sums: a stepped loop inside the tile loop
     assert any(s.step == LANES and any(isinstance(x, AccAdd) for x in s.body) for s in walk_stmts(tops[0].body)
                if isinstance(s, Loop))
-    # the parallel variant keeps y and its chunked reduction (results for threads=k as before)
+    # the parallel variant runs this loop nest per thread chunk (chunks.py; test_parallel_chunks.py)
     par = printed_ir(ir, True)
-    assert y in _stored(par.body) and y in _loaded(par.body)
+    assert y not in _stored(par.body) and y not in _loaded(par.body)
 
 
 @pytest.mark.parametrize("n,m", [(1, 1), (3, 10), (5, 3), (63, 4), (64, 4), (TILE - 1, 3), (TILE, 1), (TILE, 16),
@@ -161,16 +148,6 @@ def test_primal_is_the_documented_order_bitwise(n, m):
     y = np.convolve(d["x"], d["c"], mode="valid")
     assert abs(got - float(((y - d["z"]) ** 2).sum())) <= 1e-12 * max(1.0, abs(got))
     assert f(**d) == got  # a second call (pooled arrays hold the first call's values)
-
-
-@pytest.mark.parametrize("n,m", [(5, 3), (TILE + 1, 3), (3 * TILE + 7, 16)])
-def test_two_threads_keep_their_chunk_order(n, m):
-    loss, _ = _deconv()
-    f2 = tl.compile(loss, threads=2)
-    d = _data(n, m, 5 * n + m)
-    got = f2(**d)
-    assert got == _loss_in_chunk_order(d, 2)
-    assert f2(**d) == got
 
 
 def test_float32_primal():
