@@ -198,4 +198,10 @@ def wrt_inputs(wrt, program=None) -> tuple:
             if other is not None and other is not x:
                 raise TensorLangError(f"wrt names the input {x.name} of type {x.type}, but the program's input "
                                       f"{x.name} has type {other.type}")
+            if other is None:
+                # its derivative is zero, but a call could not be given it: the
+                # program's inputs are named by the program (as torch.autograd.grad
+                # refuses an unused input unless asked)
+                raise TensorLangError(f"wrt names the input {x.name}, which the program does not read "
+                                      f"(its inputs: {sorted(mine)}): its derivative is zero; drop it from wrt")
     return xs, single

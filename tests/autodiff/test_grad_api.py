@@ -389,3 +389,29 @@ def test_theorem_6_55_when_the_unused_binder_sits_under_a_selective_bracket():
         if 2 * i + 1 < 5:
             want[1, 2 * i + 1] += 4 * dy[i]  # summed over j < 2n = 4
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [tl.grad, tl.value_and_grad, tl.vjp, tl.jvp])
+def test_wrt_an_input_the_loss_does_not_read_is_refused_when_built(make):
+    """A ``wrt`` input the program never reads was accepted, and then every
+    call was refused ("unknown input 'w'", or a missing tangent 'dw'): it is
+    refused where it is named, with the input and the program's inputs."""
+    n = tl.size("n")
+    x, w = tl.tensor("x", n), tl.tensor("w", n)
+    loss = tl.sum(n, lambda i: x[i] * x[i])
+    with pytest.raises(tl.TensorLangError, match=r"input w, which the program does not read .*\['x'\]"):
+        make(loss, wrt=[x, w])
+    f = make(loss, wrt=[x])  # the inputs it reads still work
+    assert f is not None
+
+
+def test_wrt_an_input_a_loop_does_not_read_is_refused_when_built():
+    n = tl.size("n")
+    x, w = tl.tensor("x", n), tl.tensor("w", n)
+    uT = tl.loop(3, x, lambda t, u: tl.gen(n, lambda i: 0.5 * u[i]))
+    loss = tl.sum(n, lambda i: uT[i] * uT[i])
+    with pytest.raises(tl.TensorLangError, match="input w, which the program does not read"):
+        tl.grad(loss, wrt=[x, w])
+    g = tl.grad(loss, wrt=x)
+    xs = np.arange(4.0)
+    assert np.allclose(g(x=xs), 2 * 0.125 ** 2 * xs)
