@@ -261,7 +261,7 @@ def _grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=None, threads
         return loop_autodiff.grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads, checkpoint=ck)
     check_program(loss)
     bounds.check_program(loss)
-    xs, single = _wrt_list(wrt, loss)
+    xs, single = _wrt_list(wrt, loss, reverse=True)
     derived, entry = _grad_program(loss, xs, adj)
     prog = _Program(loss, derived, lp, threads=threads, entry=entry)
     prog.packed_ok = True
@@ -293,7 +293,7 @@ def _value_and_grad_build(loss: Expr, wrt, *, mode=None, adjoint=None, loops=Non
         return loop_autodiff.value_and_grad(loss, wrt, mode=_loop_mode(adj, lp), threads=threads, checkpoint=ck)
     check_program(loss)
     bounds.check_program(loss)
-    xs, single = _wrt_list(wrt, loss)
+    xs, single = _wrt_list(wrt, loss, reverse=True)
     derived, entry = _grad_program(loss, xs, adj, value=True)
     prog = _Program(loss, derived, lp, threads=threads, entry=entry)
     prog.packed_ok = True
@@ -332,7 +332,7 @@ def _vjp_build(expr: Expr, wrt, *, mode=None, adjoint=None, loops=None, cotangen
                                  checkpoint=ck)
     check_program(expr)
     bounds.check_program(expr)
-    xs, single = _wrt_list(wrt, expr)
+    xs, single = _wrt_list(wrt, expr, reverse=True)
     seed = _seed(expr, cotangent)
 
     def build():

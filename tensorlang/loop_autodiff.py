@@ -430,7 +430,7 @@ def _grad(loss, wrt, *, mode: str = "sparse", checkpoint=None, threads=None):
         raise TensorLangError(
             f"grad needs a scalar loss, but the program has type {type_of(loss)}; use tl.vjp for non-scalar outputs"
         )
-    xs, single = _wrt(wrt, loss)
+    xs, single = _wrt(wrt, loss, reverse=True)
     rev = _Reverse(_program(loss, "grad", mode, threads), xs, _cot_name(loss))
 
     def g(**inputs):
@@ -468,7 +468,7 @@ def vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=No
 
 
 def _vjp(expr, wrt, *, mode: str = "sparse", cotangent: str = "dy", checkpoint=None, threads=None):
-    xs, single = _wrt(wrt, expr)
+    xs, single = _wrt(wrt, expr, reverse=True)
     if cotangent in {v.name for v in input_vars(expr)}:
         raise TensorLangError(f"the cotangent name {cotangent!r} is already an input of the program; pass cotangent=...")
     rev = _Reverse(_program(expr, "vjp", mode, threads), xs, cotangent)

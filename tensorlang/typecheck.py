@@ -172,13 +172,15 @@ def type_size(t: Type):
 
 
 
-def wrt_inputs(wrt, program=None) -> tuple:
+def wrt_inputs(wrt, program=None, *, reverse: bool = False) -> tuple:
     """``(inputs, single)`` for a derivative's ``wrt``: one program input
     (``tl.tensor`` / ``tl.scalar``) or a non-empty list of distinct ones.
     Inputs are called by name, so a ``wrt`` input may not share its name with
     another ``wrt`` input or with a different input of ``program`` (``x`` of
     another type: its derivative was zeros of that shape, and the derived-program
-    cache, keyed by names, could hand one's derivative to the other)."""
+    cache, keyed by names, could hand one's derivative to the other).
+    ``reverse`` (grad, value_and_grad, vjp): an input the program does not read
+    is refused; jvp accepts it, its tangent contributing nothing."""
     single = not isinstance(wrt, (list, tuple))
     xs = [wrt] if single else list(wrt)
     if not xs:
@@ -198,10 +200,10 @@ def wrt_inputs(wrt, program=None) -> tuple:
             if other is not None and other is not x:
                 raise TensorLangError(f"wrt names the input {x.name} of type {x.type}, but the program's input "
                                       f"{x.name} has type {other.type}")
-            if other is None:
-                # its derivative is zero, but a call could not be given it: the
-                # program's inputs are named by the program (as torch.autograd.grad
-                # refuses an unused input unless asked)
+            if other is None and reverse:
+                # its gradient is zeros of its shape, but a call cannot be given it:
+                # the program's inputs are named by the program (torch.autograd.grad
+                # refuses an unused input too).  jvp takes its tangent alone.
                 raise TensorLangError(f"wrt names the input {x.name}, which the program does not read "
                                       f"(its inputs: {sorted(mine)}): its derivative is zero; drop it from wrt")
     return xs, single

@@ -391,11 +391,11 @@ def test_theorem_6_55_when_the_unused_binder_sits_under_a_selective_bracket():
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-@pytest.mark.parametrize("make", [tl.grad, tl.value_and_grad, tl.vjp, tl.jvp])
+@pytest.mark.parametrize("make", [tl.grad, tl.value_and_grad, tl.vjp])
 def test_wrt_an_input_the_loss_does_not_read_is_refused_when_built(make):
-    """A ``wrt`` input the program never reads was accepted, and then every
-    call was refused ("unknown input 'w'", or a missing tangent 'dw'): it is
-    refused where it is named, with the input and the program's inputs."""
+    """A reverse-mode ``wrt`` input the program never reads was accepted, and
+    then every call was refused ("unknown input 'w'"; without w, its size was
+    unbound): it is refused where it is named, with the program's inputs."""
     n = tl.size("n")
     x, w = tl.tensor("x", n), tl.tensor("w", n)
     loss = tl.sum(n, lambda i: x[i] * x[i])
@@ -403,6 +403,15 @@ def test_wrt_an_input_the_loss_does_not_read_is_refused_when_built(make):
         make(loss, wrt=[x, w])
     f = make(loss, wrt=[x])  # the inputs it reads still work
     assert f is not None
+
+
+def test_jvp_takes_the_tangent_of_an_input_the_loss_does_not_read():
+    """Forward mode needs only the tangent: it contributes nothing."""
+    n, m = tl.size("n"), tl.size("m")
+    x, w = tl.tensor("x", n), tl.tensor("w", m)
+    loss = tl.sum(n, lambda i: x[i] * x[i])
+    val, tan = tl.jvp(loss, wrt=[x, w])(x=np.arange(3.0), dx=np.ones(3), dw=np.ones(4))
+    assert val == 5.0 and tan == 6.0  # <2x, dx>
 
 
 def test_wrt_an_input_a_loop_does_not_read_is_refused_when_built():
