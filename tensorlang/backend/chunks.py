@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import islpy as isl
+from ..isl_bridge import isl
 
 from . import kir as K
 from .astgen import isl_text
