@@ -52,6 +52,7 @@ zero).  Built from loop-IR nodes; printed by codegen.py.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from ..isl_bridge import isl
 
@@ -201,9 +202,18 @@ def _disjoint(loop: Loop, array: str, assigned: set) -> bool:
             dims = a[2] + b[2]
             par = _params(texts, set(dims))
             body = " and ".join(a[1] + b[1] + eq + [f"{loop.var}_a != {loop.var}_b"])
-            if not isl.Set(f"[{par}] -> {{ [{', '.join(dims)}] : {body} }}").is_empty():
+            if not _empty(f"[{par}] -> {{ [{', '.join(dims)}] : {body} }}"):
                 return False
     return True
+
+
+@lru_cache(maxsize=4096)
+def _empty(text: str) -> bool:
+    """isl's emptiness of one set, by its text: a kernel's all-versions and
+    size-class sources (and a program's primal and derivative kernels) ask
+    the same questions, which were half of a cold deconvolution gradient's
+    compile (0.43 of 2.2 s)."""
+    return isl.Set(text).is_empty()
 
 
 # -- chunked loop -----------------------------------------------------------------
