@@ -4,13 +4,13 @@ paper Section 4.3's loops run in parallel where the backend can).
 A kernel with a parallel variant runs it when the machine has at least
 ``PARALLEL_MIN_CPUS`` cores, the call's work (``work_points``) is at least
 ``PARALLEL_MIN`` and a core is free (``cores_free``).  Those tests say when a
-parallel variant *can* pay; whether it does depends on what the serial
-variant gained from passes the parallel one does not run (tile fusion,
-residue copies, row fusion) and on the memory system.  Measured on this
-2-core machine (session 12, quiet): the deconvolution loss (m = 16) at
-n = 1e5 took 0.22 ms serial and 0.43 ms on two threads, and its gradient
-0.70 against 1.00 ms, while the 5-point Laplacian loss at 1024² took 0.82
-against 0.56 ms.  So each plan (one call signature) also times the two
+parallel variant *can* pay; whether it does depends on the memory system
+and on what the parallel variant keeps of the serial passes.  Measured on
+this 2-core machine (session 12, quiet): the deconvolution loss (m = 16) at
+n = 1e5 took 0.22 ms serial and 0.43 ms on two threads, before its parallel
+variant ran the serial loop nests in chunks (chunks.py; session 13: 0.24
+against 0.14 ms), while the heat loop's gradient gains less than its primal.
+So each plan (one call signature) also times the two
 variants on its own calls (``AutoChoice``): calls 1-3 run serially and
 4-6 in parallel, the first of each loading or compiling its variant and
 the fastest of the other two counting, then every later call of the
