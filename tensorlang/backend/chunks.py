@@ -265,22 +265,26 @@ def _chunkable(loop: Loop, top: list, pos: int, after: tuple, results: set, allo
 def _only_accumulated(stmts, a: str) -> bool:
     """Every store into ``a`` is ``a[ix] = a[ix] + t`` and nothing else reads ``a``."""
     for t in stmts:
-        own = _accumulation(t, {a}) if isinstance(t, Store) else None
-        if isinstance(t, Store):
-            if t.array == a and own is None:
-                return False
-            read = names(t.index, set()) | names(own[2] if own else t.value, set())
-        elif isinstance(t, Loop):
-            read = names((t.lo, t.hi), set())
-        elif isinstance(t, If):
-            read = names(t.cond, set())
-        elif isinstance(t, (Assign, AccAdd)):
-            read = names(t.value, set())
-        else:
-            read = names(t.shape, set())
-        if a in read:
+        if isinstance(t, Store) and t.array == a and _accumulation(t, {a}) is None:
+            return False
+        if a in _reads_besides(t, {a}):
             return False
     return True
+
+
+def _reads_besides(t, accs: set) -> set:
+    """The names statement ``t`` reads (its own loop bounds, condition, value,
+    index or shape), not counting the array of an accumulation into ``accs``."""
+    if isinstance(t, Store):
+        own = _accumulation(t, accs)
+        return names(t.index, set()) | names(own[2] if own else t.value, set())
+    if isinstance(t, Loop):
+        return names((t.lo, t.hi), set())
+    if isinstance(t, If):
+        return names(t.cond, set())
+    if isinstance(t, (Assign, AccAdd)):
+        return names(t.value, set())
+    return names(t.shape, set())
 
 
 def _chunk(loop: Loop, accs, private, fresh, sums=(), allocs: dict = {}) -> list:
@@ -364,18 +368,7 @@ def _inner_split(s: Loop, rest: tuple, allocs: dict):
     if not accs:
         return None
     for t in stmts:  # an accumulated array is read only by its own accumulations
-        own = _accumulation(t, accs) if isinstance(t, Store) else None
-        if isinstance(t, Store):
-            read = names(t.index, set()) | names(own[2] if own else t.value, set())
-        elif isinstance(t, Loop):
-            read = names((t.lo, t.hi), set())
-        elif isinstance(t, If):
-            read = names(t.cond, set())
-        elif isinstance(t, (Assign, AccAdd)):
-            read = names(t.value, set())
-        else:
-            read = names(t.shape, set())
-        if read & accs:
+        if _reads_besides(t, accs) & accs:
             return None
     return tuple(sorted(accs))
 
