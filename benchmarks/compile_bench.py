@@ -120,8 +120,8 @@ def _our_modules(before: set) -> list:
 
 def _child_split(name: str, cache: str, modules: str) -> dict:
     """The warm first result taken apart in one process (see the module doc):
-    Numba's floor, then importing ``modules`` (comma-separated), then the
-    first gradient."""
+    Numba's floor (and, within it, ``import numba``), then importing
+    ``modules`` (comma-separated), then the first gradient."""
     import importlib
 
     import tensorlang as tl
@@ -130,7 +130,7 @@ def _child_split(name: str, cache: str, modules: str) -> dict:
 
     w = W.BY_NAME[name]
     data = w.make_data(dict(w.quick))
-    t_floor = _floor_call(cache)
+    t_floor, t_numba = _floor_call(cache)
     t0 = time.perf_counter()
     for m in filter(None, modules.split(",")):
         importlib.import_module(m)
@@ -140,7 +140,7 @@ def _child_split(name: str, cache: str, modules: str) -> dict:
     g = tl.grad(loss, wrt=[inputs[k] for k in w.wrt])
     g(**data)
     t_work = time.perf_counter() - t1
-    return {"workload": name, "floor": t_floor, "imports": t_imports, "work": t_work}
+    return {"workload": name, "floor": t_floor, "numba_import": t_numba, "imports": t_imports, "work": t_work}
 
 
 def _child_chain(n_terms: int) -> dict:
@@ -174,10 +174,13 @@ def _child_chain(n_terms: int) -> dict:
             "error": abs(got - want) / abs(want)}
 
 
+# loaded as tensorlang loads its kernels (backend/warm_load.py: no target refresh)
 _FLOOR_SRC = """
 import numba
+from tensorlang.backend.warm_load import warm_loading
 
 
+@warm_loading
 @numba.njit(cache=True)
 def total(a):
     s = 0.0
@@ -191,17 +194,20 @@ def _child_floor(cache: str) -> dict:
     """Numba's own per-process cost, for reading the warm numbers: seconds from
     after ``import tensorlang`` to the first result of a trivial Numba
     function with ``cache=True`` whose machine code is already on disk
-    (importing Numba, initialising its CPU target, loading the cached code)."""
+    (importing Numba, initialising its CPU target, loading the cached code
+    as backend/warm_load.py loads kernels)."""
     t0 = time.perf_counter()
     import tensorlang  # noqa: F401
 
     t_import = time.perf_counter() - t0
-    return {"floor": _floor_call(cache), "import": t_import}
+    t_floor, t_numba = _floor_call(cache)
+    return {"floor": t_floor, "numba_import": t_numba, "import": t_import}
 
 
-def _floor_call(cache: str) -> float:
-    """Seconds to the first result of the trivial function (compiled and
-    cached by the first call in ``cache``)."""
+def _floor_call(cache: str) -> tuple:
+    """``(floor, numba_import)``: seconds to the first result of the trivial
+    function (compiled and cached by the first call in ``cache``), and the
+    part of them that is ``import numba`` alone."""
     import importlib.util
 
     import numpy as np
@@ -210,12 +216,15 @@ def _floor_call(cache: str) -> float:
     if not os.path.exists(path):
         Path(path).write_text(_FLOOR_SRC)
     t1 = time.perf_counter()
+    import numba  # noqa: F401
+
+    t_numba = time.perf_counter() - t1
     spec = importlib.util.spec_from_file_location("numba_floor", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules["numba_floor"] = mod  # Numba's cache loader imports the module by name (as backend/cache.py)
     spec.loader.exec_module(mod)
     mod.total(np.ones(4))
-    return time.perf_counter() - t1
+    return time.perf_counter() - t1, t_numba
 
 
 BYTECODE = {"cached": True}  # set by --bytecode (run())
@@ -365,10 +374,13 @@ def _summary(rows) -> dict:
     imports = [r["split"]["imports"] for r in rows if "imports" in r.get("split", {})]
     out["imports_median"] = statistics.median(imports) if imports else None
     out["floor_median"] = statistics.median(floors) if floors else None
+    numba_imports = [r["split"]["numba_import"] for r in rows if "numba_import" in r.get("split", {})]
+    out["numba_import_median"] = statistics.median(numba_imports) if numba_imports else None
     out["text"] = (f"cold first gradient: median {_f(out['cold_median'])}, worst {_f(out['cold_worst'])} "
                    f"(goals 1 s, 3 s; CPU time: median {_f(out['cold_cpu_median'])}, worst {_f(out['cold_cpu_worst'])}), beyond Numba's floor: median {_f(out['cold_beyond_floor_median'])}, "
                    f"worst {_f(out['cold_beyond_floor_worst'])}; warm: median {_f(out['warm_median'])}, worst {_f(out['warm_worst'])}, "
-                   f"of which Numba's floor (median) {_f(out['floor_median'])}; tensorlang's share: median "
+                   f"of which Numba's floor (median) {_f(out['floor_median'])}, itself mostly `import numba` "
+                   f"({_f(out['numba_import_median'])}); tensorlang's share: median "
                    f"{_f(out['share_median'])}, worst {_f(out['share_worst'])} (goal 0.1 s); measured directly "
                    f"(imports + work after the floor, one process): median {_f(out['direct_median'])}, worst "
                    f"{_f(out['direct_worst'])}, of which importing tensorlang's modules {_f(out['imports_median'])}"
@@ -394,7 +406,7 @@ def _print_row(r: dict) -> None:
                   f"[{_stages(x['stages'])}]", flush=True)
     sp = r.get("split", {})
     if "floor" in sp:
-        print(f"{r['workload']:18s} split: floor {sp['floor']:.2f}, imports {sp['imports']:.3f}, "
+        print(f"{r['workload']:18s} split: floor {sp['floor']:.2f} (import numba {sp.get('numba_import', float('nan')):.2f}), imports {sp['imports']:.3f}, "
               f"work {sp['work']:.3f}; share {_f(share(r))}", flush=True)
 
 

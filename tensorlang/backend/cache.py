@@ -356,7 +356,10 @@ def _import(key: str, path: str):
     if spec is None or spec.loader is None:
         raise BadEntry(f"cannot import {path}")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    spec.loader.exec_module(mod)  # imports Numba: here, not at the top, so a process that loads no kernel never pays for it
+    from .warm_load import warm_loading_module
+
+    warm_loading_module(mod)  # cached machine code loads without Numba's compiler set-up
     with _LOCK:
         sys.modules[name] = mod  # Numba's cache loader imports the module by name
         _OWNED.add(name)

@@ -29,7 +29,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .warm_load import warm_loading
 
+
+@warm_loading
 @numba.njit(cache=True, nogil=True)
 def finite64(a) -> bool:
     """Every value of the 1-D contiguous float64 array ``a`` is finite."""
@@ -40,6 +43,7 @@ def finite64(a) -> bool:
     return top != 0x7FF0000000000000
 
 
+@warm_loading
 @numba.njit(cache=True, nogil=True)
 def finite32(a) -> bool:
     """Every value of the 1-D contiguous float32 array ``a`` is finite."""

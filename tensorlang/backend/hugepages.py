@@ -20,6 +20,8 @@ import sys
 import numba
 from numba import types
 
+from .warm_load import warm_loading
+
 HUGE_MIN_BYTES = 4 << 20  # two huge pages: smaller arrays gain nothing
 MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
 PAGE = 4096
@@ -27,6 +29,7 @@ PAGE = 4096
 if sys.platform.startswith("linux"):
     _madvise = types.ExternalFunction("madvise", types.int32(types.intp, types.intp, types.int32))
 
+    @warm_loading
     @numba.njit(cache=True, nogil=True)
     def advise_huge(a):
         """Advise huge pages for the page-aligned part of ``a``'s buffer (no effect on values)."""
@@ -41,6 +44,7 @@ if sys.platform.startswith("linux"):
 
 else:  # pragma: no cover - not Linux
 
+    @warm_loading
     @numba.njit(cache=True, nogil=True)
     def advise_huge(a):
         return 0

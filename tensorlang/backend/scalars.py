@@ -191,12 +191,14 @@ def kernel_function(name: str, dtype=None):
     per implementation); generated kernel modules bind it by name."""
     import numba
 
+    from .warm_load import warm_loading
+
     fd, f = _impl(name)
     got = _COMPILED.get((name, id(f)))
     if got is not None:
         return got[1]
     try:
-        jf = numba.njit(f, error_model="numpy", cache=cacheable(f))
+        jf = warm_loading(numba.njit(f, error_model="numpy", cache=cacheable(f)))
         jf.compile((numba.float64,) * fd.arity)
     except Exception as exc:  # Numba's typing/lowering errors have no common base
         raise UnsupportedError(
