@@ -104,6 +104,7 @@ from tensorlang.backend.intrinsics import imax as _imax, imin as _imin
 from tensorlang.backend.intrinsics import new_empty as _new_empty, new_zeros as _new_zeros
 from tensorlang.backend.intrinsics import new_empty_huge as _new_empty_huge, new_zeros_huge as _new_zeros_huge
 from tensorlang.backend.intrinsics import load as _ld, store as _st, KernelCompiler as _KernelCompiler
+from tensorlang.backend.intrinsics import ParallelKernelCompiler as _ParallelKernelCompiler
 from tensorlang.backend.vmath import tanh as _tanh
 
 _OPTS = dict(cache={cache}, nogil=True, error_model="numpy", no_cfunc_wrapper=True)
@@ -223,7 +224,7 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         variants.append(("kernel_parallel", True))
     for name, par in variants:
         # see the module doc
-        opts = "**_OPTS, parallel=True" if par else "**_OPTS, no_rewrites=True, pipeline_class=_KernelCompiler"
+        opts = "**_OPTS, parallel=True, pipeline_class=_ParallelKernelCompiler" if par else "**_OPTS, no_rewrites=True, pipeline_class=_KernelCompiler"
         args = ir.args + [THREADS_ARG] if par else ir.args
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
