@@ -90,7 +90,7 @@ from .roll import LANES, roll_loops  # LANES: the partial sums of a reduction, h
 from .rowfuse import row_fuse
 from .size_classes import decide, version_tests
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
-from .scalars import COMPARISONS, code_fixed, compared_constants, exact_in_float32
+from .scalars import COMPARISONS, VECTOR_TANH, code_fixed, compared_constants, exact_in_float32
 from .parallel_split import SCATTER_SPLIT_FACTOR, THREADS_ARG, _rename_acc, reductions, split_scatters
 from .rw import names, reads_writes
 
@@ -104,7 +104,7 @@ from tensorlang.backend.intrinsics import imax as _imax, imin as _imin
 from tensorlang.backend.intrinsics import new_empty as _new_empty, new_zeros as _new_zeros
 from tensorlang.backend.intrinsics import new_empty_huge as _new_empty_huge, new_zeros_huge as _new_zeros_huge
 from tensorlang.backend.intrinsics import load as _ld, store as _st, KernelCompiler as _KernelCompiler
-from tensorlang.backend.intrinsics import ParallelKernelCompiler as _ParallelKernelCompiler
+from tensorlang.backend.intrinsics import SLPKernelCompiler as _SLPKernelCompiler, ParallelSLPCompiler as _ParallelSLPCompiler
 from tensorlang.backend.vmath import tanh as _tanh
 
 _OPTS = dict(cache={cache}, nogil=True, error_model="numpy", no_cfunc_wrapper=True)
@@ -223,16 +223,21 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
     if has_parallel(ir):
         variants.append(("kernel_parallel", True))
     for name, par in variants:
-        # see the module doc
-        opts = "**_OPTS, parallel=True, pipeline_class=_ParallelKernelCompiler" if par else "**_OPTS, no_rewrites=True, pipeline_class=_KernelCompiler"
+        run = printed_ir(ir, par, truth)
+        _check_nesting(run, par)
+        # see the module doc; SLP vectorization (intrinsics._SLPVectorizing) unless a
+        # straight-line block is so long that LLVM's SLP pass would dominate the compile
+        slp = _largest_block(run.body) <= SLP_MAX_BLOCK
+        if par:
+            opts = "**_OPTS, parallel=True" + (", pipeline_class=_ParallelSLPCompiler" if slp else "")
+        else:
+            opts = f"**_OPTS, no_rewrites=True, pipeline_class={'_SLPKernelCompiler' if slp else '_KernelCompiler'}"
         args = ir.args + [THREADS_ARG] if par else ir.args
         out.append(f"\n@numba.njit({opts})\ndef {name}({', '.join(args)}):\n")
         lines: list = []
         _PRINT.intrinsic = not par
         _PRINT.compared = compared
         _PRINT.float32 = dtype == "float32"
-        run = printed_ir(ir, par, truth)
-        _check_nesting(run, par)
         if tests is not None:
             version_tests(ir, [run], tests)
         try:
@@ -245,6 +250,49 @@ def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool 
         lines.append(f"    return ({', '.join(res)}{',' if len(res) == 1 else ''})\n")
         out.append("".join(lines))
     return "".join(out)
+
+
+def _float_ops(e) -> int:
+    """Floating-point operations in the kernel-IR expression ``e``: a call of
+    libm or of a user's function one, vmath's tanh (inlined arithmetic)
+    ``TANH_OPS``."""
+    match e:
+        case K.FSum(terms=ts):
+            return len(ts) - 1 + sum(_float_ops(t) for t in ts)
+        case K.FMul(lhs=a, rhs=b) | K.FDiv(lhs=a, rhs=b):
+            return 1 + _float_ops(a) + _float_ops(b)
+        case K.FNeg(arg=a) | K.FPow(base=a):
+            return 1 + _float_ops(a)
+        case K.FCall(fn=fn, args=args, numpy=np_):
+            inlined = fn == VECTOR_TANH and not np_  # vmath's tanh: arithmetic LLVM sees; others: one call
+            return (TANH_OPS if inlined else 1) + sum(_float_ops(a) for a in args)
+        case K.Select(then=a, orelse=b):
+            return 1 + _float_ops(a) + _float_ops(b)
+        case _:
+            return 0
+
+
+def _largest_block(stmts) -> int:
+    """The most floating-point operations in one straight-line run of ``stmts``
+    (statements between loops), over every loop body and branch."""
+    best = run = 0
+    for s in stmts:
+        if isinstance(s, Loop):
+            best, run = max(best, run, _largest_block(s.body)), 0
+        elif isinstance(s, If):
+            best = max(best, _largest_block(s.then), _largest_block(s.orelse))
+        elif isinstance(s, (Assign, AccAdd, Store)):
+            run += _float_ops(s.value)
+    return max(best, run)
+
+
+TANH_OPS = 80  # the instructions of vmath's tanh, about
+# Floating-point operations in one straight-line block above which a kernel is compiled
+# without SLP vectorization: LLVM's SLP pass grows faster than linearly in a block's
+# length (a chain of N inlined tanh, session 14, cold compile without -> with SLP:
+# N = 10 (821 ops) 0.48 -> 0.61 s, 25 (2051) 0.45 -> 0.73 s, 50 (4101) 0.95 -> 2.26 s,
+# 100 (8201) 2.34 -> 6.17 s); the benchmark programs' largest blocks are 1-135 ops
+SLP_MAX_BLOCK = 1024
 
 
 # CPython compiles at most 20 statically nested blocks (``for``/``while`` loops; ``if`` is

@@ -278,12 +278,8 @@ class _SLPVectorizing:
             config.SLP_VECTORIZE = old
 
 
-class ParallelKernelCompiler(_SLPVectorizing, Compiler):
-    """The ``parallel=True`` variant's pipeline: Numba's own (parfors), with SLP."""
 
-
-
-class KernelCompiler(_SLPVectorizing, CompilerBase):
+class KernelCompiler(CompilerBase):
     """Numba's nopython pipeline without the passes a printed serial kernel
     gives nothing to do (issue #14 item 6: each pass walks every line of a
     few-hundred-line kernel):
@@ -300,8 +296,8 @@ class KernelCompiler(_SLPVectorizing, CompilerBase):
       builds the SSA form the optimiser works on either way (another 10%).
 
     Everything else, the lowering and LLVM's optimisation included, is
-    Numba's own, so the machine code is the same (with SLP vectorization on:
-    :class:`_SLPVectorizing`).
+    Numba's own, so the machine code is the same (:class:`SLPKernelCompiler`
+    adds SLP vectorization).
     """
 
     SKIP = ("InlineClosureLikes", "ReconstructSSA", "PreLowerStripPhis")
@@ -313,3 +309,12 @@ class KernelCompiler(_SLPVectorizing, CompilerBase):
         pm._finalized = False
         pm.finalize()
         return [pm]
+
+
+class SLPKernelCompiler(_SLPVectorizing, KernelCompiler):
+    """The serial kernels' pipeline with SLP vectorization (codegen chooses it
+    unless a straight-line block is longer than ``codegen.SLP_MAX_BLOCK``)."""
+
+
+class ParallelSLPCompiler(_SLPVectorizing, Compiler):
+    """The ``parallel=True`` variant's pipeline: Numba's own (parfors), with SLP."""

@@ -10,6 +10,9 @@
   patched out.
 * The switch does not leak: Numba's process-wide default is restored after a
   kernel compiles.
+* A kernel with a straight-line block longer than ``codegen.SLP_MAX_BLOCK``
+  floating-point operations compiles without it (LLVM's SLP pass grows
+  faster than linearly in a block's length), counted by hand on small blocks.
 """
 
 import re
@@ -20,7 +23,9 @@ from numba.core import config
 
 import tensorlang as tl
 from benchmarks import workloads as W
-from tensorlang.backend import cache, intrinsics
+from tensorlang.backend import cache, codegen, intrinsics
+from tensorlang.backend import kir as K
+from tensorlang.backend.loopir import Assign, Loop, Store
 
 
 def _without_slp(monkeypatch):
@@ -50,11 +55,14 @@ def _gemv_ir(monkeypatch, tmp_path, name):
     rng = np.random.default_rng(0)
     Av, vv = rng.normal(size=(40, 37)), rng.normal(size=37)
     np.testing.assert_allclose(k(A=Av, v=vv), Av @ vv, rtol=1e-13)
-    return "\n".join(_dispatcher(k).inspect_llvm().values())
+    global _dispatcher_of_last
+    _dispatcher_of_last = _dispatcher(k)
+    return "\n".join(_dispatcher_of_last.inspect_llvm().values())
 
 
 def test_reduction_lanes_become_vector_arithmetic(monkeypatch, tmp_path):
     with_slp = _gemv_ir(monkeypatch, tmp_path, "on")
+    assert _dispatcher_of_last._compiler.pipeline_class is intrinsics.SLPKernelCompiler
     assert _VECTOR_ARITH.search(with_slp)
     _without_slp(monkeypatch)
     assert not _VECTOR_ARITH.search(_gemv_ir(monkeypatch, tmp_path, "off"))  # the control: scalar chains
@@ -97,3 +105,26 @@ def test_slp_changes_no_bit(monkeypatch, tmp_path, name, threads, dtype):
     cache.clear_memory()
     for x, y in zip(on, off):
         assert x.dtype == y.dtype == dtype and x.tobytes() == y.tobytes()
+
+
+def test_largest_block_counts_floating_point_operations():
+    a, b = K.Load("x", (K.Int(0),)), K.Name("v")
+    tanh = K.FCall(codegen.VECTOR_TANH, (a,), numpy=False)  # vmath's, inlined
+    body = [Assign("v", K.FSum((a, a, K.FMul(a, b)))),  # 2 additions, 1 product
+            Loop("i", K.Int(0), K.Name("n"), 1, (Store("t", (K.Name("i"),), K.FCall("exp", (tanh,))),), "gen"),
+            Assign("w", K.FNeg(b))]
+    # the loop body: exp (a call) + tanh (inlined); the blocks around it are counted apart
+    assert codegen._largest_block(body) == max(3, 1 + codegen.TANH_OPS, 1)
+
+
+def test_long_straight_line_blocks_compile_without_slp(monkeypatch, tmp_path):
+    _fresh(monkeypatch, tmp_path, "long")
+    x = tl.tensor("x", 3)
+    e = x[0]
+    for _ in range(codegen.SLP_MAX_BLOCK // codegen.TANH_OPS + 2):
+        e = tl.tanh(e) * 1.0001 + x[1] * 0.1
+    k = tl.compile(e, threads=1)
+    xv = np.array([0.5, -1.25, 2.0])
+    np.testing.assert_allclose(k(x=xv), tl.evaluate(e, x=xv), rtol=1e-12)
+    assert _dispatcher(k)._compiler.pipeline_class is intrinsics.KernelCompiler
+    cache.clear_memory()
