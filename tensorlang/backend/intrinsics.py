@@ -44,14 +44,22 @@ from numba import types
 from numba.core import cgutils, config
 from numba.core.compiler import Compiler, CompilerBase, DefaultPassBuilder
 from numba.core.imputils import impl_ret_new_ref
-from numba.cpython.builtins import do_minmax
 from numba.extending import lower_builtin, type_callable
 from numba.core.typing.templates import signature
-from numba.np.arrayobj import get_itemsize, load_item, make_array, populate_array, store_item
 
 from .hugepages import HUGE_MIN_BYTES, MADV_HUGEPAGE, PAGE
 
 _LINUX = sys.platform.startswith("linux")
+
+
+def _numba_array_lowering():
+    """``numba.np.arrayobj``, imported when a kernel is lowered (every use is in a
+    lowering function): a warm process loads machine code and lowers nothing, and
+    the import is 30-45 ms of its first result (issue #14 item 6).  Numba's
+    compiler imports it anyway (its target refresh) before any lowering runs."""
+    from numba.np import arrayobj
+
+    return arrayobj
 
 
 def imax(a, b):
@@ -74,6 +82,8 @@ def _minmax_typer(context):
 
 def _minmax_lower(op):
     def lower(context, builder, sig, args):  # the built-ins' code: Python's rule, NaN included
+        from numba.cpython.builtins import do_minmax  # lowering only, as _numba_array_lowering
+
         return do_minmax(context, builder, list(sig.args), list(args), op)
     return lower
 
@@ -130,7 +140,7 @@ def _empty(context, builder, arrtype, shapes):
     allocator directly instead of through ``Array._allocate`` (an overload that
     is one more Numba compilation per process): ``(array, nbytes)``."""
     intp = context.get_value_type(types.intp)
-    itemsize = context.get_constant(types.intp, get_itemsize(context, arrtype))
+    itemsize = context.get_constant(types.intp, _numba_array_lowering().get_itemsize(context, arrtype))
     n = context.get_constant(types.intp, 1)
     overflow = ir.Constant(ir.IntType(1), 0)
     for s in shapes:
@@ -149,8 +159,9 @@ def _empty(context, builder, arrtype, shapes):
             ("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible size.",))
     align = context.get_constant(types.uint32, context.get_preferred_array_alignment(arrtype.dtype))
     meminfo = context.nrt.meminfo_alloc_aligned(builder, nbytes, align)
-    ary = make_array(arrtype)(context, builder)
-    populate_array(ary, data=builder.bitcast(context.nrt.meminfo_data(builder, meminfo),
+    arrayobj = _numba_array_lowering()
+    ary = arrayobj.make_array(arrtype)(context, builder)
+    arrayobj.populate_array(ary, data=builder.bitcast(context.nrt.meminfo_data(builder, meminfo),
                                              context.get_data_type(arrtype.dtype).as_pointer()),
                    shape=cgutils.pack_array(builder, shapes, ty=intp),
                    strides=cgutils.pack_array(builder, list(reversed(strides)), ty=intp),
@@ -222,7 +233,7 @@ def _store_typer(context):
 def _pointer(context, builder, aryty, ary, index_types, index):
     """The element's address as Numba's ``basic_indexing`` computes it for
     unsigned indices (cast to ``uintp``, no wraparound, no bounds check)."""
-    arr = make_array(aryty)(context, builder, ary)
+    arr = _numba_array_lowering().make_array(aryty)(context, builder, ary)
     inds = [context.cast(builder, v, t, types.uintp) for v, t in zip(index, index_types)]
     return cgutils.get_item_pointer(context, builder, aryty, arr, inds, wraparound=False, boundscheck=False)
 
@@ -230,7 +241,7 @@ def _pointer(context, builder, aryty, ary, index_types, index):
 @lower_builtin(load, types.Array, types.VarArg(types.Any))
 def _load_lower(context, builder, sig, args):
     ptr = _pointer(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-    return load_item(context, builder, sig.args[0], ptr)
+    return _numba_array_lowering().load_item(context, builder, sig.args[0], ptr)
 
 
 @lower_builtin(store, types.Array, types.Any, types.VarArg(types.Any))
@@ -238,7 +249,7 @@ def _store_lower(context, builder, sig, args):
     aryty = sig.args[0]
     ptr = _pointer(context, builder, aryty, args[0], sig.args[2:], args[2:])
     val = context.cast(builder, args[1], sig.args[1], aryty.dtype)  # as setitem: the value in the array's type
-    store_item(context, builder, aryty, val, ptr)
+    _numba_array_lowering().store_item(context, builder, aryty, val, ptr)
     return context.get_dummy_value()
 
 

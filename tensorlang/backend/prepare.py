@@ -22,12 +22,17 @@ from ..errors import TensorLangError
 from ..ir import Expr
 from ..passes.pipeline import Stage, deep_recursion, run_stage, well_typed
 from ..typecheck import check_program
-from .flatten import flatten, not_normal
-from .fusion import split_program
+
+# flatten.py and fusion.py (the grammar and its checker: isl, the fusion rules) are
+# imported when a program is prepared, not when this stage is declared: the driver
+# declares it in every process, and a warm one prepares nothing (kernels and
+# derived programs come from the caches; issue #14 item 6)
 
 
 def in_backend_grammar(prog) -> str | None:
     """The backend's input grammar: a let-block ``split_program`` accepts."""
+    from .fusion import split_program
+
     try:
         split_program(prog)
     except TensorLangError as err:  # the checker's verdict, reported as the stage's violation
@@ -37,10 +42,15 @@ def in_backend_grammar(prog) -> str | None:
 
 def normal_input(prog) -> str | None:
     """The stage's input grammar: well typed, in the gen-pushout normal form."""
+    from .flatten import not_normal
+
     return well_typed(prog) or not_normal(prog)
 
 
 def _flatten_checked(expr: Expr) -> Expr:
+    from .flatten import flatten
+    from .fusion import split_program
+
     prog = flatten(expr)  # refuses a program outside the input grammar, naming the sub-term
     split_program(prog)  # the grammar check: names the first right-hand side outside it
     return prog
