@@ -55,17 +55,16 @@ def _gemv_ir(monkeypatch, tmp_path, name):
     rng = np.random.default_rng(0)
     Av, vv = rng.normal(size=(40, 37)), rng.normal(size=37)
     np.testing.assert_allclose(k(A=Av, v=vv), Av @ vv, rtol=1e-13)
-    global _dispatcher_of_last
-    _dispatcher_of_last = _dispatcher(k)
-    return "\n".join(_dispatcher_of_last.inspect_llvm().values())
+    fn = _dispatcher(k)
+    return "\n".join(fn.inspect_llvm().values()), fn
 
 
 def test_reduction_lanes_become_vector_arithmetic(monkeypatch, tmp_path):
-    with_slp = _gemv_ir(monkeypatch, tmp_path, "on")
-    assert _dispatcher_of_last._compiler.pipeline_class is intrinsics.SLPKernelCompiler
+    with_slp, fn = _gemv_ir(monkeypatch, tmp_path, "on")
+    assert fn._compiler.pipeline_class is intrinsics.SLPKernelCompiler
     assert _VECTOR_ARITH.search(with_slp)
     _without_slp(monkeypatch)
-    assert not _VECTOR_ARITH.search(_gemv_ir(monkeypatch, tmp_path, "off"))  # the control: scalar chains
+    assert not _VECTOR_ARITH.search(_gemv_ir(monkeypatch, tmp_path, "off")[0])  # the control: scalar chains
     cache.clear_memory()
 
 
