@@ -102,7 +102,7 @@ class _Program:
             # validated once for this signature: one finiteness pass over every
             # input, then the kernel's own plan (no second signature, no kwargs)
             run, kplan, checks = plan[2]
-            check_finite(kwargs, checks)
+            check_finite(kwargs, checks, kplan.scan)  # on the kernel's threads when large
             out = run(kplan, kwargs, None)  # relation outputs come back packed
             if self.rel_names and not self.packed_ok:
                 from .sparse import unpack_outputs

@@ -332,7 +332,7 @@ class Kernel:
         if sig is not None:
             plan = self._plans.get(sig)
             if plan is not None:  # validated once for this signature (see dispatch.py)
-                check_finite(inputs, plan.checks)
+                check_finite(inputs, plan.checks, plan.scan)
                 return self._run(plan, inputs, None)
         from ..evaluator import prepare_inputs
 
@@ -476,7 +476,7 @@ class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
     __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial",
-                 "direct", "build", "witness", "outs", "auto")
+                 "direct", "build", "witness", "outs", "auto", "scan")
 
     def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
@@ -487,6 +487,8 @@ class _Plan:
         self.witness = ()  # (input, path, result index): inputs checked after the call (``dispatch.witnessed``)
         self.outs = ()  # (name, shape): output buffers the call gives (``Kernel._out_buffers``)
         self.auto = None  # threads=None: the serial/parallel timing and choice (autothreads.AutoChoice)
+        # the threads the inputs' NaN/inf scan may use: the kernel's (dispatch.scan_threads)
+        self.scan = 1 if threads is None else threads
 
 
 def _shape_at(dims, sizes: dict) -> tuple:

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir import PairT, input_vars
 from ..relation_data import RelationData, relation_data
-from .finite import SCANS
+from .finite import PARALLEL_SCAN_MIN, PARALLEL_SCANS, SCANS
 
 PLAN_LIMIT = 64  # plans kept per callable (an int scalar input's value is part of the key)
 
@@ -98,34 +98,67 @@ def finite_checks(expr, inputs: dict) -> tuple:
     return tuple(out)
 
 
-def _all_finite(a: np.ndarray) -> bool:
+def _all_finite(a: np.ndarray, threads: int = 1) -> bool:
     """Every value of the float array ``a`` is finite: finite.py's compiled
     scan of the exponent bits for contiguous float64/float32 arrays (the
-    common case), NumPy's exact test otherwise."""
+    common case; on ``threads`` threads when large, see :func:`scan_threads`),
+    NumPy's exact test otherwise."""
     scan = SCANS.get(a.dtype)
     if scan is not None:
-        if a.ndim == 1 and a.flags.c_contiguous:
-            return scan(a)
-        if a.flags.c_contiguous or a.flags.f_contiguous:
-            return scan(a.reshape(-1, order="A"))  # a view: the values in memory order
-    elif a.dtype.kind != "f":
+        if not (a.ndim == 1 and a.flags.c_contiguous):
+            if not (a.flags.c_contiguous or a.flags.f_contiguous):
+                return bool(np.isfinite(a).all())
+            a = a.reshape(-1, order="A")  # a view: the values in memory order
+        if threads != 1 and a.shape[0] >= PARALLEL_SCAN_MIN:
+            k = scan_threads(threads)
+            if k > 1:
+                return _on_threads(PARALLEL_SCANS[a.dtype], a, k)
+        return scan(a)
+    if a.dtype.kind != "f":
         return True
-    elif a.dtype.itemsize > 8:
+    if a.dtype.itemsize > 8:
         # long double: the kernel runs in float64, where a value past 1.8e308 is
         # an infinity (as the first call's conversion refuses it)
         with np.errstate(over="ignore"):
-            return _all_finite(a.astype(np.float64))
+            return _all_finite(a.astype(np.float64), threads)
     return bool(np.isfinite(a).all())
 
 
-def check_finite(inputs: dict, checks) -> None:
-    """Refuse NaN or infinity, as ``evaluator.prepare_inputs`` does."""
+def scan_threads(threads: int) -> int:
+    """The threads a large input's scan runs on, for a call whose kernel runs
+    on ``threads`` (a plan's: 1 serial, k > 1 that many, 0 the automatic
+    choice: every thread Numba has when a core is free, as for the kernel)."""
+    import numba
+
+    if threads == 0:
+        from .autothreads import cores_free
+
+        return numba.get_num_threads() if cores_free() else 1
+    return max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+
+
+def _on_threads(scan, a: np.ndarray, k: int) -> bool:
+    import numba
+
+    old = numba.get_num_threads()
+    if old == k:
+        return scan(a)
+    numba.set_num_threads(k)
+    try:
+        return scan(a)
+    finally:
+        numba.set_num_threads(old)
+
+
+def check_finite(inputs: dict, checks, threads: int = 1) -> None:
+    """Refuse NaN or infinity, as ``evaluator.prepare_inputs`` does; a large
+    array is scanned on the call's ``threads`` (see :func:`scan_threads`)."""
     for name, path in checks:
         v = inputs[name]
         for k in path:
             v = v[k]
         if type(v) is np.ndarray:
-            ok = _all_finite(v)
+            ok = _all_finite(v, threads)
         else:
             ok = math.isfinite(v)
         if not ok:

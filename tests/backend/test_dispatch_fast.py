@@ -244,3 +244,74 @@ def test_masked_arrays_are_refused():
     for fn in (tl.compile(loss), tl.grad(loss, wrt=x)):
         with pytest.raises(tl.TensorLangError, match="masked"):
             fn(x=xs, w=np.ones(4))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_parallel_scan_finds_every_non_finite_value(dtype, monkeypatch):
+    """A call on two threads scans a large input on both (finite.py's
+    ``PARALLEL_SCANS``): a bad value at either end, on each side of the
+    split between the threads and in between is found, against np.isfinite;
+    a small input, or a one-thread call, keeps the serial scan; Numba's
+    thread count is restored."""
+    import numba
+
+    from tensorlang.backend import dispatch
+    from tensorlang.backend.finite import PARALLEL_SCAN_MIN, PARALLEL_SCANS
+
+    used = []
+    par = PARALLEL_SCANS[np.dtype(dtype)]
+    monkeypatch.setitem(dispatch.PARALLEL_SCANS, np.dtype(dtype), lambda a: used.append(a.size) or par(a))
+    two = numba.config.NUMBA_NUM_THREADS >= 2
+    before = numba.get_num_threads()
+    rng = np.random.default_rng(1)
+    for n in (PARALLEL_SCAN_MIN - 1, PARALLEL_SCAN_MIN, 3 * PARALLEL_SCAN_MIN + 1):
+        a = rng.normal(size=n).astype(dtype)
+        used.clear()
+        assert dispatch._all_finite(a, 2) and dispatch._all_finite(a, 1)
+        assert used == ([n] if two and n >= PARALLEL_SCAN_MIN else [])
+        for pos in (0, n // 2 - 1, n // 2, n // 2 + 1, n // 3, n - 1):
+            for bad in (np.nan, np.inf, -np.inf):
+                b = a.copy()
+                b[pos] = bad
+                assert not dispatch._all_finite(b, 2), (n, pos, bad)
+                assert not np.isfinite(b).all()
+        g = a[: (n // 4) * 4].reshape(4, -1, order="F")  # 2-D, Fortran order: scanned in memory order
+        g = np.asfortranarray(g)
+        bad = g.copy(order="F")
+        bad[-1, -1] = np.nan
+        assert dispatch._all_finite(g, 2) and not dispatch._all_finite(bad, 2)
+    assert numba.get_num_threads() == before
+
+
+def test_a_two_thread_call_scans_on_two_threads_and_refuses_nan(monkeypatch):
+    """End to end: ``tl.compile(..., threads=2)`` and ``tl.grad(..., threads=2)``
+    of a loss over a large input scan it on two threads, on the planned
+    calls too, and refuse a NaN in the second thread's half; ``threads=1``
+    scans serially.  Values against NumPy."""
+    import numba
+
+    from tensorlang.backend import dispatch
+    from tensorlang.backend.finite import PARALLEL_SCAN_MIN
+
+    used = []
+    par = dispatch.PARALLEL_SCANS[np.dtype(np.float64)]
+    monkeypatch.setitem(dispatch.PARALLEL_SCANS, np.dtype(np.float64), lambda a: used.append(a.size) or par(a))
+    n = tl.size("n")
+    x, w = tl.tensor("x", n), tl.tensor("w", n)
+    loss = tl.sum(n, lambda i: w[i] * x[i] * x[i])
+    N = 2 * PARALLEL_SCAN_MIN
+    rng = np.random.default_rng(2)
+    xs, ws = rng.normal(size=N), rng.normal(size=N)
+    for threads in (1, 2):
+        f, g = tl.compile(loss, threads=threads), tl.grad(loss, wrt=x, threads=threads)
+        for call in range(3):  # the first call validates (the evaluator's checks), the later ones are planned
+            used.clear()
+            assert np.isclose(f(x=xs, w=ws), np.sum(ws * xs * xs))
+            np.testing.assert_allclose(g(x=xs, w=ws), 2 * ws * xs)
+            two = threads == 2 and numba.config.NUMBA_NUM_THREADS >= 2 and call > 0
+            assert len(used) == (4 if two else 0)  # x and w, by the loss and by the gradient
+        bad = xs.copy()
+        bad[N - 3] = np.nan
+        for fn in (f, g):
+            with pytest.raises(tl.TensorLangError, match="NaN or infinity"):
+                fn(x=bad, w=ws)
