@@ -9,6 +9,15 @@ other process holds a core), and prints the speed-up per size and the work (``wo
 of each kernel: the smallest work at which two threads win is the
 threshold ``backend.api.PARALLEL_MIN``.  The machine is shared: run it a
 few times and read medians.
+
+``--interleaved`` measures in one process instead, the calls alternated
+round by round (``--rounds``): one thread, two threads with the inputs'
+NaN/inf scan kept serial (``PARALLEL_SCAN_MIN`` raised past every size) and
+two threads as shipped (the scan on both threads, backend/finite.py), and
+prints medians over the rounds.  This machine's single-thread times are
+bimodal between processes (the deconvolution gradient at n = 1e6: 10-11 or
+15-18 ms, either way on either commit), so the A/B of a change to the call
+path is read in one process.
 """
 
 from __future__ import annotations
@@ -84,6 +93,31 @@ def measure(name: str, build, sizes, repeat: int) -> list:
     return rows
 
 
+def interleaved(name: str, build, sizes, rounds: int) -> None:
+    from tensorlang.backend import dispatch
+
+    shipped = dispatch.PARALLEL_SCAN_MIN
+    for N in sizes:
+        loss, wrt, data = build(N)
+        fns = {"loss": {k: tl.compile(loss, threads=k) for k in (1, 2)},
+               "grad": {k: tl.grad(loss, wrt=wrt, threads=k) for k in (1, 2)}}
+        for what, by in fns.items():
+            t = {"1 thread": [], "2, serial scan": [], "2 threads": []}
+            try:
+                for _ in range(rounds):
+                    t["1 thread"].append(per_call(lambda: by[1](**data), 5)[0])
+                    dispatch.PARALLEL_SCAN_MIN = 1 << 62
+                    t["2, serial scan"].append(per_call(lambda: by[2](**data), 5)[0])
+                    dispatch.PARALLEL_SCAN_MIN = shipped
+                    t["2 threads"].append(per_call(lambda: by[2](**data), 5)[0])
+            finally:
+                dispatch.PARALLEL_SCAN_MIN = shipped
+            m = {k: statistics.median(v) * 1e3 for k, v in t.items()}
+            print(f"{name:14s} {what:5s} N={N:>8d}  " + "  ".join(f"{k} {v:8.3f} ms" for k, v in m.items())
+                  + f"  speed-up {m['1 thread'] / m['2, serial scan']:5.2f} -> {m['1 thread'] / m['2 threads']:5.2f}",
+                  flush=True)
+
+
 def _sizes(name, N):
     return {"n": N, "m": 16} if name == "deconvolution" else {"n": N}
 
@@ -93,7 +127,13 @@ def main(argv=None):
     ap.add_argument("--deconv", type=int, nargs="*", default=[1000, 4000, 16000, 100_000, 1_000_000])
     ap.add_argument("--laplacian", type=int, nargs="*", default=[32, 64, 128, 256, 512, 1024])
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--interleaved", action="store_true", help="one process, variants alternated (module doc)")
+    ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
+    if a.interleaved:
+        interleaved("deconvolution", deconvolution, a.deconv, a.rounds)
+        interleaved("laplacian", laplacian, a.laplacian, a.rounds)
+        return
     measure("deconvolution", deconvolution, a.deconv, a.repeat)
     measure("laplacian", laplacian, a.laplacian, a.repeat)
 
