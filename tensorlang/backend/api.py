@@ -55,7 +55,7 @@ from . import cache as _cache
 from .autothreads import PARALLEL_MIN, PARALLEL_MIN_CPUS, AutoChoice, cores_free, work_points
 from .dispatch import check_finite, direct_inputs, finite_checks, relation_inputs, remember, signature, witnessed
 from .domains import MAX_SIZE
-from .results import aos, as_float32, builder, precision, rebuild, type_of_expr
+from .results import aos, as_float32, builder, precision, rebuild, scalar_leaves, type_of_expr
 
 # Output arrays of at least this many bytes are written into caller-given
 # buffers, reused once the caller has dropped them (``Kernel._out_buffers``):
@@ -380,6 +380,10 @@ class Kernel:
             skip = {(n, p) for n, p, _ in witness}
             witness = tuple(w for w in witness if (w[0], w[1]) in checks)
             checks = tuple(c for c in checks if c not in skip)
+        strict = _strict_witnesses(spec, self._type, sizes, checks)
+        if strict:  # inputs a scalar result is strict in (strict.py): checked through it after the call
+            witness += strict
+            checks = tuple(c for c in checks if c not in {(n, p) for n, p, _ in strict})
         plan = _Plan(
             [np.int64(sizes[s]) for s in spec["sizes"]], list(spec["inputs"]), dtype, temps, fn, threads,
             checks, spec, self._type, getattr(var.module, "kernel_serial", None),
@@ -489,6 +493,23 @@ class _Plan:
         self.auto = None  # threads=None: the serial/parallel timing and choice (autothreads.AutoChoice)
         # the threads the inputs' NaN/inf scan may use: the kernel's (dispatch.scan_threads)
         self.scan = 1 if threads is None else threads
+
+
+def _strict_witnesses(spec, type_, sizes: dict, checks) -> tuple:
+    """The ``(input, (), leaf)`` witnesses of ``spec["strict_witnesses"]`` a call at
+    ``sizes`` takes (strict.py): inputs still to check, a scalar result leaf, every
+    enclosing extent at least 1 at these sizes; one per input."""
+    items = spec.get("strict_witnesses")
+    if not items:
+        return ()
+    todo = {name for name, path in checks if not path}
+    scalars = scalar_leaves(spec["outputs"], type_)
+    out = []
+    for name, k, dims in items:
+        if name in todo and k in scalars and all(_at(d, sizes) >= 1 for d in dims):
+            out.append((name, (), k))
+            todo.discard(name)
+    return tuple(out)
 
 
 def _shape_at(dims, sizes: dict) -> tuple:

@@ -50,7 +50,7 @@ from ..errors import TensorLangError
 from ..ir import Node, canonicalize, children
 from .cache_spec import BadEntry, check_spec, kernel_arity
 
-BACKEND_VERSION = "h5-1"
+BACKEND_VERSION = "h5-2"  # h5-2: specs carry strict_witnesses (strict.py)
 FORMAT = 2
 MAX_META_BYTES = 1 << 22  # a spec is a few KB; refuse to parse a huge file
 MAX_JSON_DEPTH = 32  # a spec nests a handful of levels

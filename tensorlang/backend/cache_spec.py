@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..ir import PairT, RealT, TensorT, input_vars, relations_of, size_vars
 from ..typecheck import type_of
+from .results import scalar_leaves
 
 
 class BadEntry(Exception):
@@ -142,6 +143,14 @@ def check_spec(spec, program, mode) -> None:
         if ranks.get(key) != 2 or item[2] < len(leaves) or item[2] in wit:
             raise BadEntry(f"witness {item!r} is not a matrix input's own scalar after the results")
         wit.add(item[2])
+    scalars = scalar_leaves(spec["outputs"], type_of(program))
+    for item in _list(spec.get("strict_witnesses", []), "strict_witnesses"):
+        # [input, result leaf, extents]: a scalar result strict in every element of the input (strict.py)
+        if not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str) or not _is(item[1], int):
+            raise BadEntry(f"strict witness {item!r} is not [input, result leaf, extents]")
+        if (ranks.get((item[0], ())) or 0) < 1 or item[1] not in scalars:
+            raise BadEntry(f"strict witness {item!r} is not a tensor input and a scalar result")
+        _check_dims(item[2], size_names, "strict witness")
     for w in _list(spec.get("work", []), "work"):
         _check_dims(w, size_names, "work")
     for c in _list(spec.get("checks", []), "checks"):

@@ -63,7 +63,7 @@ from .fusion import out_vars, resolve_aliases, split_program
 from .domains import MAX_SIZE, Scope, aff_expr, ast_for, block_set, box_cons, covers, has_rel
 from ..ir import conjuncts
 from .hoist import hoist, occurrences, split_bracket
-from .loopir import Alloc, Assign, If, KernelIR, Loop, Store
+from .loopir import Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
 from .temps import bound_depth
 from .separate import Rows, separation
 from .interchange import block_order
@@ -74,7 +74,8 @@ from .relations import RelationLowering, Unpack, _add_terms, tidy
 from .predicates import PredicateLowering
 from .exprs import ExprLowering, const_value
 from .elements import canonical, extents_key, reuse
-from .blas import dense_shape, extract_products, lower_gemm
+from .blas import Gemm, dense_shape, extract_products, lower_gemm
+from .strict import strict_witnesses
 
 # A partly covered gen's rest is zeroed by loops (``Lowerer._rest_zeros``)
 # only when its domain holds at every point this far inside the box's faces
@@ -404,6 +405,7 @@ def lower_program(program: Expr, mode: str = "sparse"):
     binds, out = split_program(program)
     binds, out = resolve_aliases(binds, out)
     outs = out_vars(out)
+    program_binds = binds  # before fusion: the program the scalar witnesses are read from (strict.py)
     fused = None
     no_pack: set = set()
     while True:  # at most once more per let array found read off its relation's loops
@@ -467,6 +469,11 @@ def lower_program(program: Expr, mode: str = "sparse"):
         args.append(name)
         orders.append([r.name, list(perm)])
     work = [_extents([n for _, n in gens(rhs)[0]]) for _, rhs in binds if gens(rhs)[0]]
+    # inputs a scalar result is strict in (strict.py), unless a BLAS call may skip zero multipliers
+    strict = []
+    if not any(isinstance(st, Gemm) for st in walk_stmts(body)):
+        whole = {v.name for (v, path), (_, ext) in lw.leaves.items() if not path and ext}
+        strict = [[name, k, _extents(ext)] for name, k, ext in strict_witnesses(program_binds, outs) if name in whole]
     # Temporaries come from a per-kernel pool: fresh 8 MB arrays each call
     # cost more in page faults than a gradient's arithmetic.
     temps = []
@@ -504,6 +511,9 @@ def lower_program(program: Expr, mode: str = "sparse"):
         "functions": sorted(lw.functions),
         # [input, path, result index]: the input's NaN/inf scan is the scalar result's (blas.py)
         "witnesses": witnesses,
+        # [input, result leaf, extents]: the scalar leaf is strict in every element of the input,
+        # where each extent is at least 1 (strict.py)
+        "strict_witnesses": strict,
     }
     return ir, spec
 

@@ -33,6 +33,17 @@ def builder(out_spec, t, dtype):
     return lambda res: aos(rebuild(out_spec, res, dtype), t, dtype)
 
 
+def scalar_leaves(out_spec, t) -> set:
+    """The result leaves of ``out_spec`` (``["pair", a, b]`` | ``["leaf", k]``) that
+    are scalars of the program's type ``t``."""
+    if isinstance(out_spec, (list, tuple)) and out_spec and out_spec[0] == "pair" and isinstance(t, PairT):
+        return scalar_leaves(out_spec[1], t.fst) | scalar_leaves(out_spec[2], t.snd)
+    if (isinstance(out_spec, (list, tuple)) and len(out_spec) == 2 and out_spec[0] == "leaf"
+            and isinstance(t, RealT) and type(out_spec[1]) is int):
+        return {out_spec[1]}
+    return set()
+
+
 def type_of_expr(expr):
     from ..typecheck import type_of
 
