@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from tensorlang.backend import dispatch
 from tensorlang.backend.blas import WITNESS_MIN, Gemm
 from tensorlang.backend.loopir import AccAdd, If, Loop
 from tensorlang.errors import InputError
@@ -52,20 +51,6 @@ def _walk(stmts):
         yield s
         for sub in (getattr(s, "body", ()), getattr(s, "then", ()), getattr(s, "orelse", ())):
             yield from _walk(sub)
-
-
-@pytest.fixture
-def scanned(monkeypatch):
-    """The shapes of the arrays whose finiteness the dispatch scans."""
-    seen = []
-    orig = dispatch._all_finite
-
-    def counted(a, threads=1):
-        seen.append(a.shape)
-        return orig(a, threads)
-
-    monkeypatch.setattr(dispatch, "_all_finite", counted)
-    return seen
 
 
 def test_the_kernel_returns_a_witness_of_the_matrix():

@@ -1,0 +1,22 @@
+"""Shared fixtures of the backend tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorlang.backend import dispatch
+
+
+@pytest.fixture
+def scanned(monkeypatch):
+    """The shapes of the arrays whose finiteness the dispatch scans (a list
+    the test may clear)."""
+    seen = []
+    orig = dispatch._all_finite
+
+    def counted(a, threads=1):
+        seen.append(a.shape)
+        return orig(a, threads)
+
+    monkeypatch.setattr(dispatch, "_all_finite", counted)
+    return seen
