@@ -52,10 +52,12 @@ from ..sparse import SparseData, keeps_packed, sparse_inputs, unpack_outputs
 from ..typecheck import check_program
 from ..loops import has_loop
 from . import cache as _cache
+from .cache_spec import dim_at
 from .autothreads import PARALLEL_MIN, PARALLEL_MIN_CPUS, AutoChoice, cores_free, work_points
 from .dispatch import check_finite, direct_inputs, finite_checks, relation_inputs, remember, signature, witnessed
 from .domains import MAX_SIZE
-from .results import aos, as_float32, builder, precision, rebuild, scalar_leaves, type_of_expr
+from .results import aos, as_float32, builder, precision, rebuild, type_of_expr
+from .strict import plan_witnesses
 
 # Output arrays of at least this many bytes are written into caller-given
 # buffers, reused once the caller has dropped them (``Kernel._out_buffers``):
@@ -380,7 +382,7 @@ class Kernel:
             skip = {(n, p) for n, p, _ in witness}
             witness = tuple(w for w in witness if (w[0], w[1]) in checks)
             checks = tuple(c for c in checks if c not in skip)
-        strict = _strict_witnesses(spec, self._type, sizes, checks)
+        strict = plan_witnesses(spec, self._type, sizes, checks)
         if strict:  # inputs a scalar result is strict in (strict.py): checked through it after the call
             witness += strict
             checks = tuple(c for c in checks if c not in {(n, p) for n, p, _ in strict})
@@ -495,38 +497,16 @@ class _Plan:
         self.scan = 1 if threads is None else threads
 
 
-def _strict_witnesses(spec, type_, sizes: dict, checks) -> tuple:
-    """The ``(input, (), leaf)`` witnesses of ``spec["strict_witnesses"]`` a call at
-    ``sizes`` takes (strict.py): inputs still to check, a scalar result leaf, every
-    enclosing extent at least 1 at these sizes; one per input."""
-    items = spec.get("strict_witnesses")
-    if not items:
-        return ()
-    todo = {name for name, path in checks if not path}
-    scalars = scalar_leaves(spec["outputs"], type_)
-    out = []
-    for name, k, dims in items:
-        if name in todo and k in scalars and all(_at(d, sizes) >= 1 for d in dims):
-            out.append((name, (), k))
-            todo.discard(name)
-    return tuple(out)
-
-
 def _shape_at(dims, sizes: dict) -> tuple:
     """A spec's extents (``[[[size, coeff], ...], const]`` each) at ``sizes``, at least 0."""
-    return tuple(max(0, _at(d, sizes)) for d in dims)
-
-
-def _at(dims, sizes) -> int:
-    terms, const = dims
-    return const + sum(c * sizes[s] for s, c in terms)
+    return tuple(max(0, dim_at(d, sizes)) for d in dims)
 
 
 def _check_accesses(spec, sizes) -> None:
     """The kernel's size-only accesses (``x[2]``) must be in range at these
     sizes: an InputError before the kernel runs, never an out-of-range read."""
     for index, extent, what in spec.get("checks", ()):
-        i, n = _at(index, sizes), _at(extent, sizes)
+        i, n = dim_at(index, sizes), dim_at(extent, sizes)
         if not 0 <= i < n:
             shown = ", ".join(f"{k} = {v}" for k, v in sorted(sizes.items()))
             raise InputError(f"the access {what} reads index {i}, outside [0, {n}) at {shown}")

@@ -66,6 +66,12 @@ def _soa(t):
     return t
 
 
+def dim_at(dim, sizes: dict) -> int:
+    """A spec's extent ``[[[size, coefficient], ...], const]`` (lower._extents) at ``sizes``."""
+    terms, const = dim
+    return const + sum(c * sizes[s] for s, c in terms)
+
+
 def _check_dims(dims, sizes: set, what: str) -> None:
     for d in _list(dims, what):
         if not isinstance(d, list) or len(d) != 2 or not _is(d[1], int):

@@ -51,6 +51,8 @@ from __future__ import annotations
 
 from ..ir import Access, Add, Const, Gen, IndexVar, Mul, RealT, Sum, Var
 from ..ir.types import shape_of
+from .cache_spec import dim_at
+from .results import scalar_leaves
 
 BUDGET = 20_000  # nodes visited per kernel; past it the rest witnesses nothing (never wrong, only slower)
 
@@ -205,4 +207,22 @@ def strict_witnesses(binds, outs: list) -> list:
     return got
 
 
-__all__ = ["BUDGET", "strict_witnesses"]
+def plan_witnesses(spec, type_, sizes: dict, checks) -> tuple:
+    """The ``(input, (), leaf)`` witnesses of ``spec["strict_witnesses"]`` a call
+    plan at ``sizes`` (name -> int) takes: inputs it would still scan
+    (``checks``), a scalar result leaf of the program's type ``type_``, every
+    enclosing extent at least 1 at these sizes; one per input."""
+    items = spec.get("strict_witnesses")
+    if not items:
+        return ()
+    todo = {name for name, path in checks if not path}
+    scalars = scalar_leaves(spec["outputs"], type_)
+    out = []
+    for name, k, dims in items:
+        if name in todo and k in scalars and all(dim_at(d, sizes) >= 1 for d in dims):
+            out.append((name, (), k))
+            todo.discard(name)
+    return tuple(out)
+
+
+__all__ = ["BUDGET", "plan_witnesses", "strict_witnesses"]
