@@ -96,8 +96,9 @@ class _Walk:
         # Const, Iverson, Call, Gen, Pair, Proj, Let, Loop: nothing
 
     def _element(self, e):
-        """``(let-bound value's element, {gen index: Aff})`` for a read of a
-        let-bound gen, ``(None, None)`` otherwise; an input read: ``(base, None)``."""
+        """``(value, bound, indices)`` of a read (``indices`` innermost first):
+        an input's ``(Var, None, ...)``; a top-level let-bound gen's ``(its
+        element, {gen index: Aff}, ...)``; anything else ``(None, None, ...)``."""
         base, idx = e, []
         while type(base) is Access:
             idx.append(base.index)
