@@ -33,6 +33,12 @@ too (``shifted.py``): the lowering's interior loop then evaluates ``s`` at
 once per iteration, keeping the last values in rolling scalars, so the
 kernel does the producer's work once per point, without its array.
 
+A cheap pointwise binding that calls no function, read by up to three
+consumers each at its own point (the index its nest's binders, over the
+binding's box: ``value_and_grad``'s residuals, read by the value and the
+gradient), is substituted into all of them (``own_point.py``): a few
+operations per point again instead of a stored temporary.
+
 Dead bindings are dropped.
 """
 
@@ -66,6 +72,7 @@ from ..ir import (
 )
 from ..typecheck import type_of
 from .domains import Scope, box_cons, injective
+from .own_point import same_extent, own_point_uses
 from .shifted import shifted_uses
 
 
@@ -353,14 +360,6 @@ def _strip(t: Expr, x: Var, g: list, y: Expr):
     return None
 
 
-def _same_extent(a, b) -> bool:
-    """Structurally equal extents (canonical affine forms: sorted terms)."""
-    ta, tb = getattr(a, "terms", None), getattr(b, "terms", None)
-    if ta is None or tb is None or len(ta) != len(tb) or a.const != b.const:
-        return False
-    return all(s is t and c == d for (s, c), (t, d) in zip(ta, tb))
-
-
 def _factored(x: Var, rhs: Expr, binds: list, k: int):
     """``binds`` with the scaled copy ``x = rhs`` (bindings[k]) substituted into
     its one consumer, its scale factored out (module doc), or None."""
@@ -375,7 +374,7 @@ def _factored(x: Var, rhs: Expr, binds: list, k: int):
     j = users[0]
     v, crhs = binds[j]
     cg, cbody = gens(crhs)
-    if len(cg) != len(g) or not all(_same_extent(a, b) for (_, a), (_, b) in zip(cg, g)):
+    if len(cg) != len(g) or not all(same_extent(a, b) for (_, a), (_, b) in zip(cg, g)):
         return None  # one multiplication per consumer point must not exceed one per producer point
     mine, rest = [], []
     for t in _terms(cbody):
@@ -416,8 +415,11 @@ def _fuse_stage(binds, keep, base: Scope, shifts: bool):
                 continue
             g, body = gens(rhs)
             acc = _Uses()
+            consumers = 0
             for _, later in binds[k + 1:]:
+                before = len(acc.sites)
                 _collect(later, x, len(g), [], [], acc)
+                consumers += len(acc.sites) > before
             if not acc.sites and not acc.other:
                 del binds[k]  # dead
                 changed = True
@@ -425,7 +427,8 @@ def _fuse_stage(binds, keep, base: Scope, shifts: bool):
             if acc.other or not all(_in_bounds_site(s, [n for _, n in g], base) for s in acc.sites):
                 continue
             ok = (zero_cost(body) or (bool(g) and _one_use(acc) and _injective_site(acc.sites[0], base))
-                  or (shifts and shifted_uses(g, body, acc, x, [r for _, r in binds[k + 1:]])))
+                  or (shifts and shifted_uses(g, body, acc, x, [r for _, r in binds[k + 1:]]))
+                  or (shifts and own_point_uses(g, body, acc, consumers)))
             if not ok:
                 scaled = _factored(x, rhs, binds, k)
                 if scaled is not None:
