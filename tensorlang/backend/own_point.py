@@ -34,8 +34,9 @@ Measured (session 16, one thread, the rule off against on in one process,
 alternated, medians): the Laplacian ``value_and_grad`` at 1024² 0.84-0.94x
 (3.94 -> 3.47 ms, against 2.53 ms for ``grad``), the image workload's
 0.86-0.88x, the deconvolution's 0.89-0.94x at n = 10⁶ (one noisy round of
-m = 16 read 1.20x); every loss and ``grad`` kernel of the benchmark suite is
-unchanged.  Into sums too: the value's consumer is a sum, and forbidding it
+m = 16 read 1.20x), the n-body gradient's 0.96-1.01x (the one ``grad``
+kernel of the benchmark suite that changes; every loss kernel is unchanged;
+the loop programs were not compared).  Into sums too: the value's consumer is a sum, and forbidding it
 (as shifted.py does for its rule) removed every gain.
 """
 
