@@ -25,7 +25,7 @@ when some loop may run in parallel, ``kernel_parallel`` (``parallel=True``):
 ``parallel_split.py``; this module prints them.)  Since session 13 the
 parallel variant starts from the serial variant's loop IR and runs each
 top-level loop that qualifies (chunks.py) as ``T`` contiguous chunks of the
-serial loop nest (tiles, tile fusion, residue copies, lanes inside each
+serial loop nest (tiles, tile fusion, short-slab gathers, lanes inside each
 chunk); the rules above apply to the top-level loops it leaves, and a
 kernel with none it takes keeps the earlier parallel variant whole.  The serial variant is
 printed after two loop-IR rewrites: independent loop nests over one domain
@@ -80,7 +80,7 @@ from .blas import Gemm, View
 from .chunks import chunk_loops
 from .colsum import chunk_column_sums, column_sums
 from .offsets import hoist_offsets
-from .residues import residue_copies
+from .short_slabs import short_slab_gathers
 from .tilefuse import tile_consumers
 from .contract import _map_stmts
 from .deadinit import drop_dead_inits
@@ -172,9 +172,9 @@ def serial_passes(ir: KernelIR) -> KernelIR:
     loops-only version (rowfuse.py), independent nests over one domain fused
     (hfuse.py), reductions with column partial sums (colsum.py: SIMD inner loops),
     vectorizable calls split out of reduction loops (fission.py), short accumulated
-    slabs kept in private copies per residue of the outer index (residues.py), the
+    slabs gathered again, tile by tile of the outer index (short_slabs.py), the
     consumers of a tiled accumulation run in its tile loop on a tile buffer (tilefuse.py)."""
-    return tile_consumers(residue_copies(split_calls(column_sums(fuse_nests(row_fuse(ir))))))
+    return tile_consumers(short_slab_gathers(split_calls(column_sums(fuse_nests(row_fuse(ir))))))
 
 
 def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> KernelIR:
@@ -189,7 +189,7 @@ def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> Ke
         if handled:
             run = replace(run, body=split_scatters(run, handled))
         else:
-            run = residue_copies(replace(ir, body=split_scatters(ir)))
+            run = short_slab_gathers(replace(ir, body=split_scatters(ir)))
     if truth:  # after the passes that make versions, before those that tune what is printed
         run = replace(run, body=list(decide(run.body, truth)))
     run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
@@ -365,7 +365,7 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 not (p and par) and s.kind in ("sum", "rel") and t not in names(val, set())
                 and not getattr(_PRINT, "plain", False) and not _lanes_never_run(lo, hi)
             ):
-                _lanes(v, lo, hi, t, val, ind, lines)
+                _lanes(v, lo, hi, t, val, ind, lines, s.lanes or LANES)
             case Loop(var=v, lo=lo, hi=hi, step=st, body=b) if (
                 _intrinsic_access() and st == 1 and v not in reads_writes(b)[1]  # a body setting v: range's
             ):
@@ -454,20 +454,21 @@ def _lanes_never_run(lo, hi) -> bool:
         return False
 
 
-def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list) -> None:
-    """An innermost reduction loop ``for v: acc += val`` with ``LANES``
+def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list, lanes: int = LANES) -> None:
+    """An innermost reduction loop ``for v: acc += val`` with ``lanes``
     independent partial sums: one long chain of dependent additions is
-    latency-bound (about 4 cycles each); ``LANES`` chains overlap.  Lane 0 is
+    latency-bound (about 4 cycles each); ``lanes`` chains overlap (``LANES``,
+    unless the loop asks for more: short_slabs.py).  Lane 0 is
     ``acc`` itself, the others start at 0 and are added, in lane order, after
     the loop: a fixed order of additions (threads do not change it)."""
     lo_n, hi_n = f"{v}_l", f"{v}_h"
     lines.append(f"{ind}{lo_n} = {expr(lo)}\n")
-    lines.append(f"{ind}{hi_n} = {lo_n} + (_imax(0, {expr(hi)} - {lo_n}) // {LANES}) * {LANES}\n")
-    for k in range(1, LANES):
+    lines.append(f"{ind}{hi_n} = {lo_n} + (_imax(0, {expr(hi)} - {lo_n}) // {lanes}) * {lanes}\n")
+    for k in range(1, lanes):
         lines.append(f"{ind}{acc}_a{k} = F(0.0)\n")
-    lines.append(f"{ind}for {v} in range({lo_n}, {hi_n}, {LANES}):\n")  # a stepped loop: see _while
+    lines.append(f"{ind}for {v} in range({lo_n}, {hi_n}, {lanes}):\n")  # a stepped loop: see _while
     lines.append(f"{ind}    {acc} += {expr(val)}\n")
-    for k in range(1, LANES):
+    for k in range(1, lanes):
         lines.append(f"{ind}    {acc}_a{k} += {expr(_subst(val, v, K.IBin('+', K.Name(v), K.Int(k))))}\n")
     if _intrinsic_access():
         _while(v, hi_n, expr(hi), ind, lines)
@@ -477,7 +478,7 @@ def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list) -> None:
         lines.append(f"{ind}for {v} in range({hi_n}, {expr(hi)}):\n")
         lines.append(f"{ind}    {acc} += {expr(val)}\n")
     rest = f"{acc}_a1"
-    for k in range(2, LANES):
+    for k in range(2, lanes):
         rest = f"({rest} + {acc}_a{k})"
     lines.append(f"{ind}{acc} += {rest}\n")
 

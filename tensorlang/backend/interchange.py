@@ -20,9 +20,10 @@ Rounding: the sum indices keep their relative order and are outside the
 gen index moved in, so each element ``D[h]`` receives exactly the terms of
 the gather in exactly the same order: the results are bit-identical to the
 gather's (serial kernel), except for an output shorter than
-``residues.SHORT`` (64) elements accumulated over 4 or more points, which
-the kernel adds in 4 private copies (residues.py: its waits on its
-own stores dominated the deconvolution's gradient).  The parallel variant runs scatter loops in
+``short_slabs.SHORT`` (64) elements accumulated over at least
+``short_slabs.RUN_MIN`` points, which the kernel gathers again, one tile of
+the outer index at a time (short_slabs.py: a short slab's waits on its own
+stores dominated the deconvolution's gradient).  The parallel variant runs scatter loops in
 per-thread chunks with private partial copies added in chunk order
 (codegen ``split_scatters``): deterministic for a given thread count.
 

@@ -17,7 +17,9 @@ from .kir import KExpr
 
 @dataclass(frozen=True)
 class Loop:
-    """``for var in range(lo, hi, step)``; ``kind`` is 'gen', 'sum', 'rel' or 'exists'."""
+    """``for var in range(lo, hi, step)``; ``kind`` is 'gen', 'sum', 'rel' or 'exists'.
+    ``lanes``: the partial sums codegen prints for a reduction ``for var: acc += e``
+    (``codegen._lanes``); 0 takes codegen's ``LANES``."""
 
     var: str
     lo: KExpr
@@ -26,6 +28,7 @@ class Loop:
     body: tuple
     kind: str
     parallel: bool = False
+    lanes: int = 0
 
 
 @dataclass(frozen=True)

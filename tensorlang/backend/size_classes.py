@@ -6,8 +6,8 @@ Figure 6 cost (paper Section 4.3) are those of the all-versions kernel.
 Several passes give a kernel two versions of some statements, chosen at run
 time by a test that reads only the sizes:
 
-* residues.py: ``if len(D) < SHORT and r_hi - r_lo >= RUN_MIN:`` the
-  private copies of a short slab (and their sum after the nest);
+* short_slabs.py: ``if len(D) < SHORT and r_hi - r_lo >= RUN_MIN:`` a
+  short slab's elements gathered, tile by tile of the outer index, before the nest;
 * blas.py: ``if worth_blas(...): np.dot(...) else: loops``;
 * rowfuse.py: ``if no BLAS choice takes BLAS: fused loops else: original``;
 * fission.py: ``if every row fits MAX_ROW: split loops else: the loop``.
@@ -15,7 +15,7 @@ time by a test that reads only the sizes:
 Numba compiles both versions of each, though a call's sizes take one.  Each
 such ``If`` (loopir.py) says which of its sides is *general*: right at every
 size (the loops behind a BLAS call, the fused loops, the nest without its
-copies), the other being a faster or cheaper version right where the test
+gathers), the other being a faster or cheaper version right where the test
 sends it.  The tests of a kernel (``version_tests``: those whose condition
 reads nothing but the kernel's size arguments) are evaluated at a call's
 sizes once per call signature (api.Kernel, when it builds the plan) and

@@ -81,7 +81,7 @@ from ..isl_bridge import isl
 from . import kir as K
 from .astgen import isl_text
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
-from .residues import _Fresh
+from .short_slabs import _Fresh
 from .roll import LANES
 from .rw import dead_after, has_break, independent, names, reads_writes
 

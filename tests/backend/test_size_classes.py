@@ -1,12 +1,12 @@
 """Size classes (backend/size_classes.py; issue #14 item 6, compile latency).
 
-A kernel whose versions are chosen by size-only tests (residue copies, BLAS
+A kernel whose versions are chosen by size-only tests (short-slab gathers, BLAS
 or loops, row fusion) is compiled, per call signature, for the class its
 sizes fall in: a test whose value selects the version that is right at every
 size (the general side) leaves that side alone in the printed kernel; the
 other kind stays a run-time test.  Checked here: which versions the variant a
 call runs holds (loop IR, at sizes on both sides of each test: the
-deconvolution's copies at n = 64 and n past RUN_MIN, BLAS at small and large
+deconvolution's gathers at n = 64 and n past RUN_MIN, BLAS at small and large
 products), values against NumPy on both sides of every boundary (one kernel
 called at one class and then at another, and bitwise equal to the
 all-versions kernel at the same sizes), a class variant run at another
@@ -27,8 +27,8 @@ from tensorlang.backend import kir as K
 from tensorlang.backend import size_classes as SC
 from tensorlang.backend.blas import BLAS_MIN_WORK, WITNESS_MIN, Gemm
 from tensorlang.backend.codegen import printed_ir
-from tensorlang.backend.loopir import Alloc, If, walk_stmts
-from tensorlang.backend.residues import RUN_MIN, SHORT
+from tensorlang.backend.loopir import Alloc, If, Loop, walk_stmts
+from tensorlang.backend.short_slabs import LANES, RUN_MIN, SHORT
 from tensorlang.errors import InputError
 
 
@@ -72,8 +72,9 @@ def _ran(k, data):
     return var, (got[1] if got else None)
 
 
-def _copies(run) -> int:
-    return sum(1 for s in walk_stmts(run.body) if isinstance(s, Alloc) and s.binding == "residue copies")
+def _gathers(run) -> int:
+    """The short slabs gathered per tile (short_slabs.py): one dot-product loop each."""
+    return sum(1 for s in walk_stmts(run.body) if isinstance(s, Loop) and s.lanes == LANES)
 
 
 def _gemms(run) -> int:
@@ -101,28 +102,28 @@ def _deconv_ref(w, d):
 # -- which versions a class's kernel holds ---------------------------------------------------
 
 
-def test_deconv_gradient_holds_only_the_copies_its_sizes_take():
+def test_deconv_gradient_holds_only_the_gathers_its_sizes_take():
     w, k = _kernel("deconv-m3")
     ir = k.loop_ir
-    assert _copies(printed_ir(ir)) == 2  # the all-versions kernel: copies for y's nest and dc's
+    assert _gathers(printed_ir(ir)) == 2  # the all-versions kernel: gathers for y's nest and dc's
     assert len(k.spec["size_tests"]) == 2
     # n = 64: neither test holds (dc's r loop is shorter than RUN_MIN, y is not shorter than SHORT)
     var, truth = _ran(k, _deconv_data(64, 3))
     assert set(truth.values()) == {False} and var is not k.variant()
     small = printed_ir(ir, False, truth)
-    assert _copies(small) == 0 and not any(isinstance(s, If) and s.general for s in walk_stmts(small.body))
-    assert _copies(printed_ir(ir, True, truth)) == 0  # the parallel entry too
-    # n = 4096, m = 3: dc's copies (m < SHORT, n >= RUN_MIN) stay behind their run-time test; y's go
+    assert _gathers(small) == 0 and not any(isinstance(s, If) and s.general for s in walk_stmts(small.body))
+    assert _gathers(printed_ir(ir, True, truth)) == 0  # the parallel entry too
+    # n = 4096, m = 3: dc's gathers (m < SHORT, n >= RUN_MIN) stay behind their run-time test; y's go
     var2, truth2 = _ran(k, _deconv_data(4096, 3))
     assert sorted(truth2.values()) == [False, True] and var2 is not var
     big = printed_ir(ir, False, truth2)
-    assert _copies(big) == 1
+    assert _gathers(big) == 1
     (test,) = {s.cond for s in walk_stmts(big.body) if isinstance(s, If) and s.general}
-    assert truth2[test] is True  # the copies' side is not right at every size: still tested
-    # n < SHORT with m >= RUN_MIN: y's copies, not dc's
+    assert truth2[test] is True  # the gathers' side is not right at every size: still tested
+    # n < SHORT with m >= RUN_MIN: y's gathers, not dc's
     _, truth3 = _ran(k, _deconv_data(40, RUN_MIN + 3))
     assert sorted(truth3.values()) == [False, True] and truth3 != truth2
-    assert _copies(printed_ir(ir, False, truth3)) == 1
+    assert _gathers(printed_ir(ir, False, truth3)) == 1
 
 
 def test_small_products_hold_no_blas_call_and_large_ones_keep_the_loops():

@@ -12,8 +12,8 @@ tile buffer of ``TILE`` elements; the parallel variant runs it per thread
 chunk, chunks.py), the
 loss's order of additions done in NumPy, bitwise (codegen's four lanes
 over ``[0, n)``, carried across tiles), at sizes around the tile boundary
-(n < TILE, = TILE, = TILE + 1, m = 1, m > n, n below residues.SHORT where
-``y`` takes copies), the gradient against NumPy, ``threads=2`` in its
+(n < TILE, = TILE, = TILE + 1, m = 1, m > n, n below short_slabs.SHORT where
+``y`` is gathered), the gradient against NumPy, ``threads=2`` in its
 order in test_parallel_chunks.py, and the legality checks refusing what
 they must (a consumer at a shifted point, a partial range, an access out
 of its tile's slab, proved with isl).  Never a time.
@@ -29,7 +29,7 @@ from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.interchange import TILE
 from tensorlang.backend.loopir import AccAdd, Alloc, Assign, KernelIR, Loop, Store, walk_stmts
-from tensorlang.backend.residues import COPIES, SHORT
+from tests.backend.test_short_slabs import gathered_order
 from tensorlang.backend.roll import LANES
 from tensorlang.backend.tilefuse import tile_consumers
 
@@ -52,20 +52,9 @@ def _data(n, m, seed):
 
 
 def _y_in_kernel_order(x, c, n):
-    """y[i] = Σ_j x[i - j + m - 1]·c[j] accumulated over j from 0 (residues.py's copies when n < SHORT)."""
+    """y[i] = Σ_j x[i - j + m - 1]·c[j] accumulated over j from 0 (gathered, short_slabs.py, when n < SHORT)."""
     m = len(c)
-    terms = np.stack([x[m - 1 - j: m - 1 - j + n] * c[j] for j in range(m)])
-    out = np.zeros(n)
-    q = (m // COPIES) * COPIES if n < SHORT and m >= COPIES else 0
-    for r in range(q, m):
-        out = out + terms[r]
-    if q:
-        W = np.zeros((COPIES, n))
-        for r0 in range(0, q, COPIES):
-            W = W + terms[r0: r0 + COPIES]
-        for lane in range(COPIES):
-            out = out + W[lane]
-    return out
+    return gathered_order(np.stack([x[m - 1 - j: m - 1 - j + n] * c[j] for j in range(m)]), n)
 
 
 def _squares(d):

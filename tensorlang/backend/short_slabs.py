@@ -1,0 +1,184 @@
+"""Short accumulated slabs are gathered again, one tile of the outer index at
+a time (paper Section 4.3, sums become accumulations; issue #13, the
+deconvolution's gradient/primal time).
+
+interchange.py accumulates a gen whose reads stream along its index: the
+loops ``for r: for h in slab: D[h] = D[h] + e(r, h)`` (scatter.py), the
+slab a tile of ``D`` (interchange.TILE elements) that stays in L1 while ``r``
+runs.  When the gen's extent is small the slab is short: the
+deconvolution's ``dc[k] = Σ_i x[i - k + m - 1]·dY[i]`` runs ``for i in
+range(n): for k in range(m)``, m = 3 or 16 against n = 4e6.  Each iteration
+of ``r`` then loads ``D[h]`` that the previous one stored a few instructions
+earlier (a store-forwarded add, about 10 cycles, per iteration of ``r``) for
+``m/4`` vector operations of work, and the inner loop of ``m`` points pays
+its vectorizer's set-up on every ``r``.
+
+Here such a nest gets, before it, its gather form over tiles of ``r``::
+
+    q = r_lo
+    if len(D) < SHORT and r_hi - r_lo >= RUN_MIN:
+        for rb in range(r_lo, r_hi, TILE):            # a tile of r: its reads' window in L1
+            re = min(r_hi, rb + TILE)
+            for h in range(hl, hh):
+                acc = 0
+                for r in range(rb, re): acc += e(r, h)   # LANES partial sums (codegen._lanes)
+                D[h] = D[h] + acc
+        q = r_hi
+    for r in range(q, r_hi): for h in range(hl, hh): D[h] += e(r, h)   # the nest as it was
+
+Each element's dot product over a tile is a stride-1 reduction with
+``LANES`` independent partial sums (SLP packs them into vector registers),
+its reads in L1 across the ``hh - hl`` elements, and ``D[h]`` is loaded and
+stored once per tile instead of once per point.  The nest itself is printed
+once: it runs nothing after the gathers, and every point when the test
+fails.  Both tests are size-only, so a kernel compiled for sizes where they
+fail prints no gathers (size_classes.py, issue #14: the cold first
+gradient).
+
+Measured (one thread, the 2-core Xeon, same process, alternated, 9 rounds,
+``tl.grad`` with the earlier rewrite, ``COPIES`` = 4 private copies of the
+slab per residue of ``r``, against this one): deconvolution n = 4e6, m = 3:
+41.6 -> 22.8 ms; m = 16: 54.1 -> 39.5 ms; n = 1e6, m = 16: 11.0 -> 8.8 ms;
+m = 64 (not short): 27.2 / 27.4 ms; the batched convolution n = 64000, B =
+32, m = 16: 21.1 -> 15.9 ms.  ``LANES`` = 8: against 4, 2-5% faster for
+0.04-0.09 s more cold compile of the deconvolution gradient (1.2-1.3 s); 16
+gained another 1-3% for 0.1 s more.  ``SHORT`` = 64: a slab that long is 16
+four-wide vector operations per sweep, more than the latency of a
+store-forwarded add to hide.  The test is on the whole array ``D``, not on
+the slab: a long ``D`` has a short slab only in its last tile, whose waits
+cost at most 10 cycles per ``r`` against at least 256 vector operations per
+``r`` for each full tile (under 4%), and keeps its order of additions
+(interchange.py's column sums).  ``RUN_MIN`` = 1024 (one tile): a shorter
+``r`` loop gains at most a microsecond a call.
+
+Applies to a unit-step loop ``R`` whose body is one unit-step loop ``H``
+whose body is one store ``D[p…, h] = D[p…, h] + t₁ + …``: ``D`` an array
+the kernel allocates (or is given, pooled), ``h`` ``H``'s variable, the
+leading subscripts ``p…`` (a thread's private row, parallel_split.py)
+reading neither ``R``'s nor ``H``'s variable nor ``D``, ``len(D)`` its
+last extent, no term ``tₖ`` reading ``D``, ``H``'s bounds reading nothing
+``R`` writes, ``R``'s bounds reading neither ``D`` nor ``H``'s variable
+(rw.py's ``names``).  Interchanging ``R`` and ``H`` within a tile is then
+legal (each ``D[h]`` is touched by its own iterations only), and each
+``D[h]`` receives the same terms; they are added in another order (per
+tile of ``r``, lane ``k`` the points ``rb + LANES q + k``, the rest of the
+tile in lane 0, the lanes in lane order, then the tile's sum into ``D[h]``,
+tiles in order): a reassociation, fixed by the loop bounds.  The parallel
+variant gets the same rewrite, after its per-thread split: a chunked
+accumulation's tiles are disjoint, so its result stays bitwise the serial
+one (each element is one chunk's value plus zeros), as before.
+Built from loop-IR nodes; the names statements read and write come from
+rw.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import kir as K
+from .interchange import TILE
+from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
+from .rw import names, reads_writes
+
+LANES = 8  # partial sums of each element's dot product over a tile (module doc)
+RUN_MIN = 1024  # points of r from which the gathers are taken (module doc)
+SHORT = 64  # arrays shorter than this are gathered (module doc)
+
+
+class _Fresh:
+    """Allocator-style names (``<letter><k>``, kir.NameAllocator's letters)
+    not used anywhere in a kernel."""
+
+    def __init__(self, ir: KernelIR):
+        self.used = set(ir.args) | {a.name for a in ir.allocs} | set(ir.results)
+        for s in walk_stmts(ir.body):
+            r, w = reads_writes([s])
+            self.used |= r | w
+        self.k: dict = {}
+
+    def __call__(self, letter: str) -> str:
+        k = self.k.get(letter, 0)
+        while f"{letter}{k}" in self.used:
+            k += 1
+        self.k[letter] = k + 1
+        self.used.add(f"{letter}{k}")
+        return f"{letter}{k}"
+
+
+def _pattern(r):
+    """``(H, store, terms)`` when ``r`` is ``for r: for h: D[h] = D[h] + terms`` (module doc), else None."""
+    if not (isinstance(r, Loop) and r.step == 1 and len(r.body) == 1 and not r.parallel):
+        return None
+    h = r.body[0]
+    if not (isinstance(h, Loop) and h.step == 1 and len(h.body) == 1 and not h.parallel):
+        return None
+    st = h.body[0]
+    if not isinstance(st, Store) or not st.index or st.index[-1] != K.Name(h.var):
+        return None
+    if names(st.index[:-1], set()) & {r.var, h.var, st.array}:
+        return None  # leading subscripts (a thread's private row, parallel_split.py) fixed in the nest
+    v = st.value
+    if not (isinstance(v, K.FSum) and len(v.terms) >= 2 and v.terms[0] == K.Load(st.array, st.index, True)):
+        return None
+    terms = v.terms[1:]
+    if st.array in names(terms, set()):
+        return None  # a term reads the accumulated array: not a plain accumulation
+    bounds = names((h.lo, h.hi), set())
+    if bounds & {r.var, h.var, st.array} or names((r.lo, r.hi), set()) & {h.var, st.array}:
+        return None
+    return h, st, terms
+
+
+def _split(r, extent, fresh) -> tuple:
+    h, st, terms = _pattern(r)
+    d = st.array
+    q, rb, re, acc = fresh("v"), fresh("i"), fresh("v"), fresh("v")
+    test = K.and_of([K.Cmp("<", extent, K.Int(SHORT)), K.Cmp(">=", K.IBin("-", r.hi, r.lo), K.Int(RUN_MIN))])
+    # one tile of R: each element's dot product over the tile, its reads' window in L1
+    dot = Loop(r.var, K.Name(rb), K.Name(re), 1, (AccAdd(acc, K.sum_of(terms)),), "sum", lanes=LANES)
+    element = (Assign(acc, K.Float(0.0)), dot, Store(d, st.index, K.FSum((K.Load(d, st.index, True), K.Name(acc)))))
+    tiles = Loop(rb, r.lo, r.hi, TILE, (
+        Assign(re, K.MinMax("min", (r.hi, K.IBin("+", K.Name(rb), K.Int(TILE))))),
+        replace(h, body=element)), r.kind)
+    # the nest as it was runs from q: nothing after the gathers, every point when the test
+    # fails; a size-class choice whose general side is the nest alone (size_classes.py): a
+    # kernel compiled for sizes where the test fails prints no gathers
+    return (Assign(q, r.lo), If(test, (tiles, Assign(q, r.hi)), general="orelse"), replace(r, lo=K.Name(q)))
+
+
+def _extents(ir: KernelIR) -> dict:
+    """Array name -> the extent of its last dimension, for the kernel's allocations (pooled ones included)."""
+    allocs = list(ir.allocs) + [s for s in walk_stmts(ir.body) if isinstance(s, Alloc)]
+    return {a.name: a.shape[-1] for a in allocs if a.shape}
+
+
+def _target(s, extents):
+    """The accumulated array's extent when ``s`` is a nest this pass rewrites, else None."""
+    got = _pattern(s)
+    return None if got is None else extents.get(got[1].array)
+
+
+def _walk(stmts, extents, fresh) -> tuple:
+    out = []
+    for s in stmts:
+        extent = _target(s, extents)
+        if extent is not None:
+            out.extend(_split(s, extent, fresh))
+        elif isinstance(s, Loop):
+            out.append(replace(s, body=_walk(s.body, extents, fresh)))
+        elif isinstance(s, If):
+            out.append(replace(s, then=_walk(s.then, extents, fresh), orelse=_walk(s.orelse, extents, fresh)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def short_slab_gathers(ir: KernelIR) -> KernelIR:
+    """Signature: short_slab_gathers : KernelIR -> KernelIR (module doc)."""
+    extents = _extents(ir)
+    if not any(_target(s, extents) is not None for s in walk_stmts(ir.body)):
+        return ir
+    return replace(ir, body=list(_walk(ir.body, extents, _Fresh(ir))))
+
+
+__all__ = ["LANES", "RUN_MIN", "SHORT", "short_slab_gathers"]
