@@ -80,6 +80,7 @@ from .blas import Gemm, View
 from .chunks import chunk_loops
 from .colsum import chunk_column_sums, column_sums
 from .offsets import hoist_offsets
+from .jam import jam_slabs
 from .short_slabs import short_slab_gathers
 from .tilefuse import tile_consumers
 from .contract import _map_stmts
@@ -172,9 +173,10 @@ def serial_passes(ir: KernelIR) -> KernelIR:
     loops-only version (rowfuse.py), independent nests over one domain fused
     (hfuse.py), reductions with column partial sums (colsum.py: SIMD inner loops),
     vectorizable calls split out of reduction loops (fission.py), short accumulated
-    slabs gathered again, tile by tile of the outer index (short_slabs.py), the
-    consumers of a tiled accumulation run in its tile loop on a tile buffer (tilefuse.py)."""
-    return tile_consumers(short_slab_gathers(split_calls(column_sums(fuse_nests(row_fuse(ir))))))
+    slabs gathered again, tile by tile of the outer index (short_slabs.py), the other
+    accumulated slabs swept once per two points (jam.py), the consumers of a tiled
+    accumulation run in its tile loop on a tile buffer (tilefuse.py)."""
+    return tile_consumers(jam_slabs(short_slab_gathers(split_calls(column_sums(fuse_nests(row_fuse(ir)))))))
 
 
 def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> KernelIR:
@@ -189,7 +191,7 @@ def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> Ke
         if handled:
             run = replace(run, body=split_scatters(run, handled))
         else:
-            run = short_slab_gathers(replace(ir, body=split_scatters(ir)))
+            run = jam_slabs(short_slab_gathers(replace(ir, body=split_scatters(ir))))
     if truth:  # after the passes that make versions, before those that tune what is printed
         run = replace(run, body=list(decide(run.body, truth)))
     run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
