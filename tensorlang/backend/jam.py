@@ -19,13 +19,16 @@ are bit for bit the nest's, at every size (tests/backend/test_jam.py).
 
 Applies to the nests short_slabs.py matches (its ``_pattern``: one unit-step
 loop ``H`` in a unit-step loop ``R``, one store ``D[p…, h] = D[p…, h] + t₁ +
-…``, no term reading ``D``, ``H``'s bounds reading nothing ``R`` writes, so
-the slab is the same for every ``r``), outside its gathers; a slab whose
-bounds move with ``r`` (the adjoint's full convolution at tile edges) is left
-as it is.  Session 14 measured jamming by 4 with moving edges: 0.7-1.7 s more
+…``, no term reading ``D``), outside its gathers.  When ``H``'s bounds read
+``r`` (the adjoint's full convolution, whose slab moves with the tap at the
+array's ends) the pair's two slabs ``A`` (for ``r``) and ``B`` (for ``r + 1``)
+are swept in five parts (``_jammed_moving``): A's points below their common
+part, B's below it, the common part with both points' terms, A's above it,
+B's above it.  Every element lies in one part, which adds its terms in tap
+order.  Session 14 measured jamming by 4 with moving edges at 0.7-1.7 s more
 cold compile of the deconvolution gradient (docs/backend.md,
-"Unroll-and-jam").  Measured (session 17, one thread, same process,
-alternated): see docs/backend.md, "Unroll-and-jam by two".
+"Unroll-and-jam"); by 2 it is 0.1-0.2 s.  Measured (session 17, one
+thread, same process, alternated): docs/backend.md, "Unroll-and-jam by two".
 Built from loop-IR nodes; the names statements read and write come from rw.py.
 """
 
@@ -41,14 +44,52 @@ from .short_slabs import _Fresh, _pattern
 JAM = 2  # points of r per sweep of the slab (module doc)
 
 
-def _jammed(r, fresh) -> tuple:
-    h, st, terms = _pattern(r)
+def _pairs(r, fresh, sweep) -> tuple:
+    """``q = r_lo + whole pairs``, the loop over pairs ``(r, r1)`` whose body is ``sweep(r1)``,
+    then the nest as it was from ``q``."""
     q, r1 = fresh("v"), fresh("i")
     whole = K.IBin("*", K.IBin("//", K.MinMax("max", (K.Int(0), K.IBin("-", r.hi, r.lo))), K.Int(JAM)), K.Int(JAM))
-    both = K.FSum((K.Load(st.array, st.index, True),) + tuple(terms) + tuple(rename(t, r.var, r1) for t in terms))
-    pairs = replace(r, hi=K.Name(q), step=JAM,
-                    body=(Assign(r1, K.IBin("+", K.Name(r.var), K.Int(1))), replace(h, body=(replace(st, value=both),))))
-    return (Assign(q, K.IBin("+", r.lo, whole)), pairs, replace(r, lo=K.Name(q)))
+    body = (Assign(r1, K.IBin("+", K.Name(r.var), K.Int(1))),) + sweep(r1)
+    return (Assign(q, K.IBin("+", r.lo, whole)), replace(r, hi=K.Name(q), step=JAM, body=body), replace(r, lo=K.Name(q)))
+
+
+def _jammed(r, fresh) -> tuple:
+    """A fixed slab: one sweep adds both points' terms."""
+    h, st, terms = _pattern(r)
+    load = K.Load(st.array, st.index, True)
+
+    def sweep(r1):
+        both = K.FSum((load,) + tuple(terms) + tuple(rename(t, r.var, r1) for t in terms))
+        return (replace(h, body=(replace(st, value=both),)),)
+    return _pairs(r, fresh, sweep)
+
+
+def _jammed_moving(r, fresh) -> tuple:
+    """A slab whose bounds read the tap: ``A = [a_lo, a_hi)`` for ``r``, ``B`` for
+    ``r1`` (an empty one as ``[lo, lo)``), ``C = [max(a_lo, b_lo), min(a_hi, b_hi))``
+    their common part.  Five sweeps partition ``A ∪ B``: A's points below C, B's
+    below C, C with both points' terms, A's above C, B's above C.  Each element is
+    in one of them, which adds its terms in tap order: bit for bit the nest's."""
+    h, st, terms = _pattern(r, moving=True)
+    load = K.Load(st.array, st.index, True)
+    mx = lambda a, b: K.MinMax("max", (a, b))  # noqa: E731
+    mn = lambda a, b: K.MinMax("min", (a, b))  # noqa: E731
+    al, ah, bl, bh, cl, ch = (fresh("v") for _ in range(6))
+    A, B = (K.Name(al), K.Name(ah)), (K.Name(bl), K.Name(bh))
+    c_lo, c_hi = K.Name(cl), K.Name(ch)
+
+    def sweep(r1):
+        later = tuple(rename(t, r.var, r1) for t in terms)
+        only_a = replace(st, value=K.FSum((load,) + tuple(terms)))
+        only_b = replace(st, value=K.FSum((load,) + later))
+        both = replace(st, value=K.FSum((load,) + tuple(terms) + later))
+        bounds = (Assign(al, h.lo), Assign(ah, mx(A[0], h.hi)),
+                  Assign(bl, rename(h.lo, r.var, r1)), Assign(bh, mx(B[0], rename(h.hi, r.var, r1))),
+                  Assign(cl, mx(A[0], B[0])), Assign(ch, mn(A[1], B[1])))
+        return bounds + tuple(replace(h, lo=lo, hi=hi, body=(s,)) for lo, hi, s in (
+            (A[0], mn(A[1], c_lo), only_a), (B[0], mn(B[1], c_lo), only_b), (c_lo, c_hi, both),
+            (mx(c_hi, A[0]), A[1], only_a), (mx(c_hi, B[0]), B[1], only_b)))
+    return _pairs(r, fresh, sweep)
 
 
 def _walk(stmts, fresh) -> tuple:
@@ -56,6 +97,8 @@ def _walk(stmts, fresh) -> tuple:
     for s in stmts:
         if _pattern(s) is not None:
             out.extend(_jammed(s, fresh))
+        elif _pattern(s, moving=True) is not None:
+            out.extend(_jammed_moving(s, fresh))
         elif isinstance(s, Loop):
             out.append(replace(s, body=_walk(s.body, fresh)))
         elif isinstance(s, If) and s.cold:  # loops that run only where their speed cannot matter
@@ -69,7 +112,7 @@ def _walk(stmts, fresh) -> tuple:
 
 def jam_slabs(ir: KernelIR) -> KernelIR:
     """Signature: jam_slabs : KernelIR -> KernelIR (module doc)."""
-    if not any(_pattern(s) is not None for s in walk_stmts(ir.body)):
+    if not any(_pattern(s, moving=True) is not None for s in walk_stmts(ir.body)):
         return ir
     return replace(ir, body=list(_walk(ir.body, _Fresh(ir))))
 

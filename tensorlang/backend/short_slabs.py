@@ -105,8 +105,9 @@ class _Fresh:
         return f"{letter}{k}"
 
 
-def _pattern(r):
-    """``(H, store, terms)`` when ``r`` is ``for r: for h: D[h] = D[h] + terms`` (module doc), else None."""
+def _pattern(r, moving: bool = False):
+    """``(H, store, terms)`` when ``r`` is ``for r: for h: D[h] = D[h] + terms`` (module doc), else None;
+    ``moving``: ``H``'s bounds may read ``R``'s variable (jam.py)."""
     if not (isinstance(r, Loop) and r.step == 1 and len(r.body) == 1 and not r.parallel):
         return None
     h = r.body[0]
@@ -124,7 +125,8 @@ def _pattern(r):
     if st.array in names(terms, set()):
         return None  # a term reads the accumulated array: not a plain accumulation
     bounds = names((h.lo, h.hi), set())
-    if bounds & {r.var, h.var, st.array} or names((r.lo, r.hi), set()) & {h.var, st.array}:
+    if bounds & ({h.var, st.array} if moving else {r.var, h.var, st.array}) or \
+            names((r.lo, r.hi), set()) & {h.var, st.array}:
         return None
     return h, st, terms
 

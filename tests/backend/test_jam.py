@@ -19,7 +19,7 @@ from tensorlang.backend import api, codegen
 from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.jam import JAM, jam_slabs
-from tensorlang.backend.loopir import Assign, Loop, Store, walk_stmts
+from tensorlang.backend.loopir import Assign, KernelIR, Loop, Store, walk_stmts
 from tensorlang.backend.short_slabs import _pattern
 
 
@@ -69,19 +69,79 @@ def test_loss_nest_is_jammed_and_kept_for_the_remainder():
     assert printed_ir(ir, True) is not None  # the parallel variant prints
 
 
-def test_moving_slab_is_not_jammed():
+def test_moving_slab_is_jammed_in_five_sweeps():
     _, loss, v = _deconv()
     g = tl.grad(loss, wrt=[v["x"], v["c"]], threads=1)
     ir = tl.compile(g.program, threads=1).loop_ir
     dx = ir.results[0]
     fixed = [s for s in walk_stmts(ir.body) if _pattern(s) is not None]
-    into_dx = [s for s in walk_stmts(ir.body) if isinstance(s, Loop) and isinstance(s.body[0], Loop) if any(
-        isinstance(x, Store) and x.array == dx for x in walk_stmts(s.body))]
-    assert into_dx and all(_pattern(s) is None for s in into_dx)  # its slab's bounds read the tap
-    run = codegen.serial_passes(ir)
+    moving = [s for s in walk_stmts(ir.body) if _pattern(s) is None and _pattern(s, moving=True) is not None]
+    assert len(fixed) == 2  # y's nest and dc's (behind its gathers)
+    (into_dx,) = moving  # the adjoint's full convolution: its slab's bounds read the tap
+    assert into_dx.body[0].body[0].array == dx
+    run = jam_slabs(ir)
     jammed = _jammed(run.body)
-    assert len(jammed) == len(fixed)  # y's nest and dc's (behind its gathers), not dx's
-    assert not any(isinstance(x, Store) and x.array == dx for j in jammed for x in walk_stmts(j.body))
+    assert len(jammed) == 3
+    (pairs,) = [j for j in jammed if any(isinstance(x, Store) and x.array == dx for x in walk_stmts(j.body))]
+    sweeps = [x for x in pairs.body if isinstance(x, Loop)]
+    assert len(sweeps) == 5 and all(x.var == into_dx.body[0].var for x in sweeps)
+    n_terms = [len(x.body[0].value.terms) for x in sweeps]
+    assert n_terms == [2, 2, 3, 2, 2]  # D[h] and one point's term, or both points' (the common part)
+
+
+def _partition(lo, hi, taps):
+    """The (element, tap) pairs the jammed sweeps of ``for r in taps: for h in [lo(r), hi(r))`` add,
+    each element's taps in order, by evaluating the loop IR's bounds (no kernel)."""
+    r_loop = Loop("r", K.Int(taps[0]), K.Int(taps[1]), 1, (Loop("h", lo, hi, 1, (Store(
+        "D", (K.Name("h"),), K.FSum((K.Load("D", (K.Name("h"),), True), K.Load("x", (K.Name("r"),), True)))),), "gen"),),
+        "scatter")
+    assert _pattern(r_loop, moving=True) is not None
+    out = _walk_jam([r_loop])
+    got = []
+    q_assign, pairs, rest = out
+    env = {}
+    env[q_assign.target] = K.evaluate_int(q_assign.value, env)
+    for r in range(K.evaluate_int(pairs.lo, env), K.evaluate_int(pairs.hi, env), pairs.step):
+        env[pairs.var] = r
+        for st in pairs.body:
+            if isinstance(st, Assign):
+                env[st.target] = K.evaluate_int(st.value, env)
+                continue
+            terms = st.body[0].value.terms[1:]
+            for h in range(K.evaluate_int(st.lo, env), K.evaluate_int(st.hi, env)):
+                for t in terms:
+                    got.append((h, K.evaluate_int(t.index[0], env)))
+    for r in range(K.evaluate_int(rest.lo, env), K.evaluate_int(rest.hi, env)):
+        env["r"] = r
+        got += [(h, r) for h in range(K.evaluate_int(lo, env), K.evaluate_int(hi, env))]
+    return got
+
+
+def _walk_jam(stmts):
+    from tensorlang.backend.jam import _walk
+    from tensorlang.backend.short_slabs import _Fresh
+
+    ir = KernelIR(args=[], allocs=[], body=list(stmts), results=[])
+    return _walk(tuple(stmts), _Fresh(ir))
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_moving_sweeps_partition_the_slabs_in_tap_order(seed):
+    # random affine slab bounds lo(r) = a r + b, hi(r) = c r + d (empty, disjoint, nested, crossing)
+    rng = np.random.default_rng(seed)
+    a, c = rng.integers(-5, 6, size=2)
+    b = int(rng.integers(-6, 7))
+    d = b + int(rng.integers(-2, 6))  # narrow slabs: empty ones next to full ones are common
+    lo = K.IBin("+", K.IBin("*", K.Int(int(a)), K.Name("r")), K.Int(int(b)))
+    hi = K.IBin("+", K.IBin("*", K.Int(int(c)), K.Name("r")), K.Int(int(d)))
+    r0 = int(rng.integers(-3, 3))
+    taps = (r0, r0 + int(rng.integers(0, 8)))
+    got = _partition(lo, hi, taps)
+    want = [(h, r) for r in range(*taps) for h in range(a * r + b, c * r + d)]
+    assert sorted(got) == sorted(want)  # every (element, tap) once
+    for h in {h for h, _ in want}:  # each element's taps in tap order
+        seq = [r for x, r in got if x == h]
+        assert seq == sorted(seq)
 
 
 @pytest.mark.parametrize("n,m", [(1, 1), (7, 2), (50, 3), (1100, 16), (1030, 17), (2100, 64), (300, 1100)])
