@@ -20,3 +20,9 @@ def scanned(monkeypatch):
 
     monkeypatch.setattr(dispatch, "_all_finite", counted)
     return seen
+
+
+@pytest.fixture
+def compiled_runtime(monkeypatch):
+    """The kernel at every size (not the evaluator, which small sizes would take)."""
+    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")

@@ -21,20 +21,10 @@ from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.jam import JAM, jam_slabs
 from tensorlang.backend.loopir import Assign, KernelIR, Loop, Store, walk_stmts
 from tensorlang.backend.short_slabs import _pattern
+from tests.backend.test_short_slabs import _deconv
 
 
-@pytest.fixture(autouse=True)
-def _compiled(monkeypatch):
-    # the kernel at every size (not the evaluator, which the small sizes here would take)
-    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
-
-
-def _deconv():
-    from benchmarks.workloads import BY_NAME
-
-    w = BY_NAME["deconv-m16"]
-    loss, v = w.program()
-    return w, loss, v
+pytestmark = pytest.mark.usefixtures("compiled_runtime")
 
 
 def _data(n, m, seed, dtype=np.float64):

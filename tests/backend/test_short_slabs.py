@@ -61,10 +61,7 @@ def gathered_order(terms, extent):
     return out
 
 
-@pytest.fixture(autouse=True)
-def _compiled(monkeypatch):
-    # the kernel at every size (not the evaluator, which the small sizes here would take)
-    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+pytestmark = pytest.mark.usefixtures("compiled_runtime")
 
 
 def _deconv():
