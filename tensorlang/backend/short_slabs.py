@@ -37,19 +37,17 @@ gradient).
 
 Measured (one thread, the 2-core Xeon, same process, alternated, 9 rounds,
 ``tl.grad`` with the earlier rewrite, ``COPIES`` = 4 private copies of the
-slab per residue of ``r``, against this one): deconvolution n = 4e6, m = 3:
-41.6 -> 22.8 ms; m = 16: 54.1 -> 39.5 ms; n = 1e6, m = 16: 11.0 -> 8.8 ms;
-m = 64 (not short): 27.2 / 27.4 ms; the batched convolution n = 64000, B =
-32, m = 16: 21.1 -> 15.9 ms.  ``LANES`` = 8: against 4, 2-5% faster for
-0.04-0.09 s more cold compile of the deconvolution gradient (1.2-1.3 s); 16
-gained another 1-3% for 0.1 s more.  ``SHORT`` = 64: a slab that long is 16
-four-wide vector operations per sweep, more than the latency of a
-store-forwarded add to hide.  The test is on the whole array ``D``, not on
-the slab: a long ``D`` has a short slab only in its last tile, whose waits
-cost at most 10 cycles per ``r`` against at least 256 vector operations per
-``r`` for each full tile (under 4%), and keeps its order of additions
-(interchange.py's column sums).  ``RUN_MIN`` = 1024 (one tile): a shorter
-``r`` loop gains at most a microsecond a call.
+slab per residue of ``r``, against this one with 8 partial sums and
+``SHORT`` = 64): deconvolution n = 4e6, m = 3: 39.4 -> 20.9 ms; m = 16: 49.0
+-> 41.4 ms; n = 1e6, m = 16: 10.1 -> 8.3 ms; the batched convolution n =
+64000, B = 32, m = 16: 0.83x.  Then 16 partial sums and ``SHORT`` = 1024
+against 8 and 64 (with jam.py's sweeps): m = 3 0.92x, m = 16 0.96x, m = 64
+(n = 1e6, before taken by the accumulated nest) 0.88x and 0.93x, m = 100
+0.91x, m = 200 0.97x, m = 600 (n = 5e5) 0.92x, the batched convolution
+0.96x; 16 partial sums cost about 0.1 s more cold compile than 8.  So
+``SHORT`` is one tile: a slab of a whole tile (m = 1024 or more) runs the
+accumulated nest, whose reads stream along it.  ``RUN_MIN`` = 1024 (one
+tile): a shorter ``r`` loop gains at most a microsecond a call.
 
 Applies to a unit-step loop ``R`` whose body is one unit-step loop ``H``
 whose body is one store ``D[p…, h] = D[p…, h] + t₁ + …``: ``D`` an array
@@ -80,9 +78,9 @@ from .interchange import TILE
 from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
 from .rw import names, reads_writes
 
-LANES = 8  # partial sums of each element's dot product over a tile (module doc)
+LANES = 16  # partial sums of each element's dot product over a tile (module doc)
 RUN_MIN = 1024  # points of r from which the gathers are taken (module doc)
-SHORT = 64  # arrays shorter than this are gathered (module doc)
+SHORT = TILE  # arrays shorter than this (one tile) are gathered (module doc)
 
 
 class _Fresh:

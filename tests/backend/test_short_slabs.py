@@ -13,7 +13,7 @@ adds it to ``dc[k]``.
 Structure (the serial loop IR: the gathers under a run-time test, no
 private copies, the nest printed once after them), values against NumPy and
 finite differences, and the documented order of additions done in NumPy,
-bitwise, on both sides of each threshold (m = 63 and 64, n = RUN_MIN - 1 and
+bitwise, on both sides of each threshold (m = SHORT - 1 and SHORT, n = RUN_MIN - 1 and
 RUN_MIN, tiles of i ending inside and at a group of lanes; n below SHORT
 with m >= RUN_MIN, where y's accumulation over m is gathered too).
 threads=2 stays bitwise threads=1 on dx.  Never a time.
@@ -131,7 +131,7 @@ def test_deconv_gradient_short_slab_is_gathered_per_tile():
     assert printed_ir(ir) is not None
 
 
-@pytest.mark.parametrize("n,m", [(2000, 3), (1999, 16), (1100, 63), (1100, 64), (15, 5), (16, 5), (17, 1),
+@pytest.mark.parametrize("n,m", [(2000, 3), (1999, 16), (1100, 63), (1100, 1023), (1100, 1024), (15, 5), (16, 5), (17, 1),
                                  (RUN_MIN - 1, 5), (RUN_MIN, 5), (40, RUN_MIN + 3),
                                  (2 * TILE + LANES + 3, 7), (2 * TILE, 16), (TILE + 5, 63),
                                  (600, 1030)])
