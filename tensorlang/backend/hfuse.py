@@ -33,8 +33,8 @@ from dataclasses import fields, replace
 
 from . import kir as K
 from .colsum import candidates
-from .loopir import AccAdd, Assign, If, KernelIR, Loop, Store, walk_stmts
-from .rw import dead_after, has_break, independent, names, reads_writes, rename
+from .loopir import AccAdd, Assign, If, KernelIR, Loop, Store
+from .rw import FreshNames, dead_after, has_break, independent, names, reads_writes, rename
 
 
 def _match(a, b) -> bool:
@@ -193,7 +193,7 @@ def fuse_nests(ir: KernelIR) -> KernelIR:
             j -= 1
     if not changed:
         return ir  # (sunk assignments kept only with a fusion)
-    return replace(ir, body=list(_share(body, _Fresh(ir))))
+    return replace(ir, body=list(_share(body, FreshNames(ir))))
 
 
 # -- common sub-expressions of fused bodies ------------------------------------
@@ -207,24 +207,6 @@ def fuse_nests(ir: KernelIR) -> KernelIR:
 # value is computed, but must not change the value q reads).
 
 _ARITH = (K.FSum, K.FMul, K.FNeg, K.FDiv)
-
-
-class _Fresh:
-    """Local names not used anywhere in a kernel."""
-
-    def __init__(self, ir):
-        self.used = set(ir.args) | {a.name for a in ir.allocs} | set(ir.results)
-        for s in walk_stmts(ir.body):
-            r, w = reads_writes([s])
-            self.used |= r | w
-        self.k = 0
-
-    def __call__(self) -> str:
-        while f"cse{self.k}" in self.used:
-            self.k += 1
-        name = f"cse{self.k}"
-        self.used.add(name)
-        return name
 
 
 def _subtrees(e, out: list) -> list:
@@ -279,7 +261,7 @@ def _share_once(body: list, fresh):
                     break
             if last is None:
                 continue
-            name = fresh()
+            name = fresh("cse")
             out = list(body[:p]) + [Assign(name, e)]
             out += [replace(s, value=_subst(s.value, e, K.Name(name))) for s in body[p:last + 1]]
             return out + list(body[last + 1:])

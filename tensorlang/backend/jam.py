@@ -17,7 +17,7 @@ left to right (``((D[h] + e(r, h)) + e(r1, h))``, codegen's ``FSum``), which
 is exactly what the two iterations computed one after the other: the results
 are bit for bit the nest's, at every size (tests/backend/test_jam.py).
 
-Applies to the nests short_slabs.py matches (its ``_pattern``: one unit-step
+Applies to the nests short_slabs.py matches (its ``slab_nest``: one unit-step
 loop ``H`` in a unit-step loop ``R``, one store ``D[p…, h] = D[p…, h] + t₁ +
 …``, no term reading ``D``), outside its gathers.  When ``H``'s bounds read
 ``r`` (the adjoint's full convolution, whose slab moves with the tap at the
@@ -38,8 +38,8 @@ from dataclasses import replace
 
 from . import kir as K
 from .loopir import Assign, If, KernelIR, Loop, walk_stmts
-from .rw import rename
-from .short_slabs import _Fresh, _pattern
+from .rw import FreshNames, rename
+from .short_slabs import slab_nest
 
 JAM = 2  # points of r per sweep of the slab (module doc)
 
@@ -55,7 +55,7 @@ def _pairs(r, fresh, sweep) -> tuple:
 
 def _jammed(r, fresh) -> tuple:
     """A fixed slab: one sweep adds both points' terms."""
-    h, st, terms = _pattern(r)
+    h, st, terms = slab_nest(r)
     load = K.Load(st.array, st.index, True)
 
     def sweep(r1):
@@ -70,7 +70,7 @@ def _jammed_moving(r, fresh) -> tuple:
     their common part.  Five sweeps partition ``A ∪ B``: A's points below C, B's
     below C, C with both points' terms, A's above C, B's above C.  Each element is
     in one of them, which adds its terms in tap order: bit for bit the nest's."""
-    h, st, terms = _pattern(r, moving=True)
+    h, st, terms = slab_nest(r, moving=True)
     load = K.Load(st.array, st.index, True)
     mx = lambda a, b: K.MinMax("max", (a, b))  # noqa: E731
     mn = lambda a, b: K.MinMax("min", (a, b))  # noqa: E731
@@ -95,9 +95,9 @@ def _jammed_moving(r, fresh) -> tuple:
 def _walk(stmts, fresh) -> tuple:
     out = []
     for s in stmts:
-        if _pattern(s) is not None:
+        if slab_nest(s) is not None:
             out.extend(_jammed(s, fresh))
-        elif _pattern(s, moving=True) is not None:
+        elif slab_nest(s, moving=True) is not None:
             out.extend(_jammed_moving(s, fresh))
         elif isinstance(s, Loop):
             out.append(replace(s, body=_walk(s.body, fresh)))
@@ -112,9 +112,9 @@ def _walk(stmts, fresh) -> tuple:
 
 def jam_slabs(ir: KernelIR) -> KernelIR:
     """Signature: jam_slabs : KernelIR -> KernelIR (module doc)."""
-    if not any(_pattern(s, moving=True) is not None for s in walk_stmts(ir.body)):
+    if not any(slab_nest(s, moving=True) is not None for s in walk_stmts(ir.body)):
         return ir
-    return replace(ir, body=list(_walk(ir.body, _Fresh(ir))))
+    return replace(ir, body=list(_walk(ir.body, FreshNames(ir))))
 
 
 __all__ = ["JAM", "jam_slabs"]

@@ -164,4 +164,25 @@ def dead_after(var: str, rest) -> bool:
     return _status(var, rest) != "read"
 
 
-__all__ = ["OPAQUE", "names", "reads_writes", "independent", "has_break", "rename", "dead_after"]
+
+class FreshNames:
+    """Names ``<prefix><k>`` (kir.NameAllocator's letters, or hfuse's ``cse``) not
+    used anywhere in a kernel: ``fresh = FreshNames(ir); fresh("v")``."""
+
+    def __init__(self, ir):
+        self.used = set(ir.args) | {a.name for a in ir.allocs} | set(ir.results)
+        for s in walk_stmts(ir.body):
+            r, w = reads_writes([s])
+            self.used |= r | w
+        self.k: dict = {}
+
+    def __call__(self, prefix: str) -> str:
+        k = self.k.get(prefix, 0)
+        while f"{prefix}{k}" in self.used:
+            k += 1
+        self.k[prefix] = k + 1
+        self.used.add(f"{prefix}{k}")
+        return f"{prefix}{k}"
+
+
+__all__ = ["OPAQUE", "names", "reads_writes", "independent", "has_break", "rename", "dead_after", "FreshNames"]

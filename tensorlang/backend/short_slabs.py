@@ -76,34 +76,14 @@ from dataclasses import replace
 from . import kir as K
 from .interchange import TILE
 from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
-from .rw import names, reads_writes
+from .rw import FreshNames, names
 
 LANES = 16  # partial sums of each element's dot product over a tile (module doc)
 RUN_MIN = 1024  # points of r from which the gathers are taken (module doc)
 SHORT = TILE  # arrays shorter than this (one tile) are gathered (module doc)
 
 
-class _Fresh:
-    """Allocator-style names (``<letter><k>``, kir.NameAllocator's letters)
-    not used anywhere in a kernel."""
-
-    def __init__(self, ir: KernelIR):
-        self.used = set(ir.args) | {a.name for a in ir.allocs} | set(ir.results)
-        for s in walk_stmts(ir.body):
-            r, w = reads_writes([s])
-            self.used |= r | w
-        self.k: dict = {}
-
-    def __call__(self, letter: str) -> str:
-        k = self.k.get(letter, 0)
-        while f"{letter}{k}" in self.used:
-            k += 1
-        self.k[letter] = k + 1
-        self.used.add(f"{letter}{k}")
-        return f"{letter}{k}"
-
-
-def _pattern(r, moving: bool = False):
+def slab_nest(r, moving: bool = False):
     """``(H, store, terms)`` when ``r`` is ``for r: for h: D[h] = D[h] + terms`` (module doc), else None;
     ``moving``: ``H``'s bounds may read ``R``'s variable (jam.py)."""
     if not (isinstance(r, Loop) and r.step == 1 and len(r.body) == 1 and not r.parallel):
@@ -130,7 +110,7 @@ def _pattern(r, moving: bool = False):
 
 
 def _split(r, extent, fresh) -> tuple:
-    h, st, terms = _pattern(r)
+    h, st, terms = slab_nest(r)
     d = st.array
     q, rb, re, acc = fresh("v"), fresh("i"), fresh("v"), fresh("v")
     test = K.and_of([K.Cmp("<", extent, K.Int(SHORT)), K.Cmp(">=", K.IBin("-", r.hi, r.lo), K.Int(RUN_MIN))])
@@ -154,7 +134,7 @@ def _extents(ir: KernelIR) -> dict:
 
 def _target(s, extents):
     """The accumulated array's extent when ``s`` is a nest this pass rewrites, else None."""
-    got = _pattern(s)
+    got = slab_nest(s)
     return None if got is None else extents.get(got[1].array)
 
 
@@ -178,7 +158,7 @@ def short_slab_gathers(ir: KernelIR) -> KernelIR:
     extents = _extents(ir)
     if not any(_target(s, extents) is not None for s in walk_stmts(ir.body)):
         return ir
-    return replace(ir, body=list(_walk(ir.body, extents, _Fresh(ir))))
+    return replace(ir, body=list(_walk(ir.body, extents, FreshNames(ir))))
 
 
-__all__ = ["LANES", "RUN_MIN", "SHORT", "short_slab_gathers"]
+__all__ = ["LANES", "RUN_MIN", "SHORT", "short_slab_gathers", "slab_nest"]

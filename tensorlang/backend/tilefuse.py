@@ -81,9 +81,8 @@ from ..isl_bridge import isl
 from . import kir as K
 from .astgen import isl_text
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
-from .short_slabs import _Fresh
 from .roll import LANES
-from .rw import dead_after, has_break, independent, names, reads_writes
+from .rw import FreshNames, dead_after, has_break, independent, names, reads_writes
 
 _PLAIN = (Loop, If, Assign, AccAdd, Store, Alloc, Break)  # statements whose accesses the proof sees
 
@@ -454,7 +453,7 @@ def tile_consumers(ir: KernelIR) -> KernelIR:
     if not any(_slab(s) is not None for s in ir.body):
         return ir
     body = list(ir.body)
-    fresh = _Fresh(ir)
+    fresh = FreshNames(ir)
     changed = False
     k = 0
     while k < len(body):

@@ -219,7 +219,7 @@ def test_fused_bodies_share_a_value_only_where_nothing_between_changes_it(writes
 
     body, e = _body(writes)
     names = iter(f"cse{k}" for k in range(10))
-    got = _share((Loop("i", K.Int(0), K.Name("n"), 1, body, "sum"),), lambda: next(names))[0].body
+    got = _share((Loop("i", K.Int(0), K.Name("n"), 1, body, "sum"),), lambda prefix: next(names))[0].body
     reads = [s for s in got if isinstance(s, Assign)]
     if shared:  # computed once, before its first use; both uses read the local
         assert reads == [Assign("cse0", e)] and got[0] == reads[0]

@@ -20,7 +20,7 @@ from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.jam import JAM, jam_slabs
 from tensorlang.backend.loopir import Assign, KernelIR, Loop, Store, walk_stmts
-from tensorlang.backend.short_slabs import _pattern
+from tensorlang.backend.short_slabs import slab_nest
 from tests.backend.test_short_slabs import _deconv
 
 
@@ -41,7 +41,7 @@ def _jammed(stmts) -> list:
 def test_loss_nest_is_jammed_and_kept_for_the_remainder():
     _, loss, _ = _deconv()
     ir = tl.compile(loss, threads=1).loop_ir
-    before = [s for s in walk_stmts(ir.body) if _pattern(s) is not None]
+    before = [s for s in walk_stmts(ir.body) if slab_nest(s) is not None]
     assert len(before) == 1  # y's accumulation over the taps
     (nest,) = before
     run = jam_slabs(ir)
@@ -64,8 +64,8 @@ def test_moving_slab_is_jammed_in_five_sweeps():
     g = tl.grad(loss, wrt=[v["x"], v["c"]], threads=1)
     ir = tl.compile(g.program, threads=1).loop_ir
     dx = ir.results[0]
-    fixed = [s for s in walk_stmts(ir.body) if _pattern(s) is not None]
-    moving = [s for s in walk_stmts(ir.body) if _pattern(s) is None and _pattern(s, moving=True) is not None]
+    fixed = [s for s in walk_stmts(ir.body) if slab_nest(s) is not None]
+    moving = [s for s in walk_stmts(ir.body) if slab_nest(s) is None and slab_nest(s, moving=True) is not None]
     assert len(fixed) == 2  # y's nest and dc's (behind its gathers)
     (into_dx,) = moving  # the adjoint's full convolution: its slab's bounds read the tap
     assert into_dx.body[0].body[0].array == dx
@@ -85,8 +85,8 @@ def _partition(lo, hi, taps):
     r_loop = Loop("r", K.Int(taps[0]), K.Int(taps[1]), 1, (Loop("h", lo, hi, 1, (Store(
         "D", (K.Name("h"),), K.FSum((K.Load("D", (K.Name("h"),), True), K.Load("x", (K.Name("r"),), True)))),), "gen"),),
         "scatter")
-    assert _pattern(r_loop, moving=True) is not None
-    out = _walk_jam([r_loop])
+    assert slab_nest(r_loop, moving=True) is not None
+    out = jam_slabs(KernelIR(args=[], allocs=[], body=[r_loop], results=[])).body
     got = []
     q_assign, pairs, rest = out
     env = {}
@@ -105,14 +105,6 @@ def _partition(lo, hi, taps):
         env["r"] = r
         got += [(h, r) for h in range(K.evaluate_int(lo, env), K.evaluate_int(hi, env))]
     return got
-
-
-def _walk_jam(stmts):
-    from tensorlang.backend.jam import _walk
-    from tensorlang.backend.short_slabs import _Fresh
-
-    ir = KernelIR(args=[], allocs=[], body=list(stmts), results=[])
-    return _walk(tuple(stmts), _Fresh(ir))
 
 
 @pytest.mark.parametrize("seed", range(100))

@@ -29,7 +29,7 @@ from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir, serial_passes
 from tensorlang.backend.interchange import TILE
 from tensorlang.backend.loopir import AccAdd, Alloc, Assign, If, Loop, Store, walk_stmts
-from tensorlang.backend.short_slabs import LANES, RUN_MIN, SHORT, _pattern
+from tensorlang.backend.short_slabs import LANES, RUN_MIN, SHORT, slab_nest
 
 
 def gathered_order(terms, extent):
@@ -90,7 +90,7 @@ def _dc_in_kernel_order(x, c, z):
 
 
 def _nests_into(stmts, arr):
-    return [s for s in walk_stmts(stmts) if _pattern(s) is not None and s.body[0].body[0].array == arr]
+    return [s for s in walk_stmts(stmts) if slab_nest(s) is not None and s.body[0].body[0].array == arr]
 
 
 def _is_test(s):

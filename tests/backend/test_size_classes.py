@@ -27,7 +27,7 @@ from tensorlang.backend import kir as K
 from tensorlang.backend import size_classes as SC
 from tensorlang.backend.blas import BLAS_MIN_WORK, WITNESS_MIN, Gemm
 from tensorlang.backend.codegen import printed_ir
-from tensorlang.backend.loopir import Alloc, If, Loop, walk_stmts
+from tensorlang.backend.loopir import If, Loop, walk_stmts
 from tensorlang.backend.short_slabs import LANES, RUN_MIN, SHORT
 from tensorlang.errors import InputError
 
