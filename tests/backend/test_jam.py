@@ -19,7 +19,7 @@ from tensorlang.backend import api, codegen
 from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.jam import JAM, jam_slabs
-from tensorlang.backend.loopir import Assign, KernelIR, Loop, Store, walk_stmts
+from tensorlang.backend.loopir import Assign, If, KernelIR, Loop, Store, walk_stmts
 from tensorlang.backend.short_slabs import slab_nest
 from tests.backend.test_short_slabs import _deconv
 
@@ -73,15 +73,20 @@ def test_moving_slab_is_jammed_in_five_sweeps():
     jammed = _jammed(run.body)
     assert len(jammed) == 3
     (pairs,) = [j for j in jammed if any(isinstance(x, Store) and x.array == dx for x in walk_stmts(j.body))]
-    sweeps = [x for x in pairs.body if isinstance(x, Loop)]
-    assert len(sweeps) == 5 and all(x.var == into_dx.body[0].var for x in sweeps)
-    n_terms = [len(x.body[0].value.terms) for x in sweeps]
+    parts = [x for x in pairs.body if isinstance(x, (Loop, If))]
+    h = into_dx.body[0].var
+    # the slab's ends move by one per tap: each edge part holds at most one point, a test
+    # (h = its point, then the store); the common part is the one loop
+    assert [type(x) for x in parts] == [If, If, Loop, If, If]
+    assert parts[2].var == h and all(x.then[0] == Assign(h, x.cond.lhs) for x in parts if isinstance(x, If))
+    n_terms = [len((x.body if isinstance(x, Loop) else x.then)[-1].value.terms) for x in parts]
     assert n_terms == [2, 2, 3, 2, 2]  # D[h] and one point's term, or both points' (the common part)
 
 
 def _partition(lo, hi, taps):
     """The (element, tap) pairs the jammed sweeps of ``for r in taps: for h in [lo(r), hi(r))`` add,
-    each element's taps in order, by evaluating the loop IR's bounds (no kernel)."""
+    each element's taps in order, by evaluating the loop IR's bounds (no kernel), and how many
+    edge parts are single-point tests."""
     r_loop = Loop("r", K.Int(taps[0]), K.Int(taps[1]), 1, (Loop("h", lo, hi, 1, (Store(
         "D", (K.Name("h"),), K.FSum((K.Load("D", (K.Name("h"),), True), K.Load("x", (K.Name("r"),), True)))),), "gen"),),
         "scatter")
@@ -89,6 +94,8 @@ def _partition(lo, hi, taps):
     out = jam_slabs(KernelIR(args=[], allocs=[], body=[r_loop], results=[])).body
     got = []
     q_assign, pairs, rest = out
+    edges = [st for st in pairs.body if isinstance(st, If)]
+    assert len(edges) in (0, 4)  # all four edge parts are tests or none
     env = {}
     env[q_assign.target] = K.evaluate_int(q_assign.value, env)
     for r in range(K.evaluate_int(pairs.lo, env), K.evaluate_int(pairs.hi, env), pairs.step):
@@ -97,14 +104,18 @@ def _partition(lo, hi, taps):
             if isinstance(st, Assign):
                 env[st.target] = K.evaluate_int(st.value, env)
                 continue
-            terms = st.body[0].value.terms[1:]
-            for h in range(K.evaluate_int(st.lo, env), K.evaluate_int(st.hi, env)):
-                for t in terms:
+            if isinstance(st, If):  # an edge part of at most one point: h = its point if any
+                assert len(st.then) == 2 and isinstance(st.then[0], Assign)
+                store, points = st.then[1], [K.evaluate_int(st.then[0].value, env)] if K.evaluate_int(st.cond, env) else []
+            else:
+                store, points = st.body[0], range(K.evaluate_int(st.lo, env), K.evaluate_int(st.hi, env))
+            for h in points:
+                for t in store.value.terms[1:]:
                     got.append((h, K.evaluate_int(t.index[0], env)))
     for r in range(K.evaluate_int(rest.lo, env), K.evaluate_int(rest.hi, env)):
         env["r"] = r
         got += [(h, r) for h in range(K.evaluate_int(lo, env), K.evaluate_int(hi, env))]
-    return got
+    return got, len(edges)
 
 
 @pytest.mark.parametrize("seed", range(100))
@@ -118,7 +129,8 @@ def test_moving_sweeps_partition_the_slabs_in_tap_order(seed):
     hi = K.IBin("+", K.IBin("*", K.Int(int(c)), K.Name("r")), K.Int(int(d)))
     r0 = int(rng.integers(-3, 3))
     taps = (r0, r0 + int(rng.integers(0, 8)))
-    got = _partition(lo, hi, taps)
+    got, tests = _partition(lo, hi, taps)
+    assert (tests == 4) == (abs(a) <= 1 and abs(c) <= 1)  # ends moving by at most one per tap
     want = [(h, r) for r in range(*taps) for h in range(a * r + b, c * r + d)]
     assert sorted(got) == sorted(want)  # every (element, tap) once
     for h in {h for h, _ in want}:  # each element's taps in tap order
