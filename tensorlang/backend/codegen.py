@@ -179,9 +179,33 @@ def serial_passes(ir: KernelIR) -> KernelIR:
     return tile_consumers(jam_slabs(short_slab_gathers(split_calls(column_sums(fuse_nests(row_fuse(ir)))))))
 
 
+# (id(ir), par) -> (ir, the variant's loop IR before size classes decide): a kernel's
+# all-versions source and its size class's source print the same passes' output, so they
+# run once (the parallel variant's passes cost 25-30 ms of a cold call). The entry holds
+# ``ir`` itself, so its id stays its own; a lowered KernelIR is never changed in place.
+_PASSED: dict = {}
+
+
 def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> KernelIR:
     """The loop IR a variant prints: the serial one (``par`` False) or the parallel one;
     ``truth``: a size class's test values (size_classes.py), the versions it cannot take dropped."""
+    got = _PASSED.get((id(ir), par))
+    if got is not None and got[0] is ir:
+        run = got[1]
+    else:
+        run = _variant_passes(ir, par)
+        if len(_PASSED) >= 16:
+            _PASSED.clear()
+        _PASSED[(id(ir), par)] = (ir, run)
+    if truth:  # after the passes that make versions, before those that tune what is printed
+        run = replace(run, body=list(decide(run.body, truth)))
+    run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
+    run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
+    return drop_dead_inits(run)  # constants overwritten before a read: compile time only (deadinit.py)
+
+
+def _variant_passes(ir: KernelIR, par: bool) -> KernelIR:
+    """The serial or the parallel variant's loop passes, the ones that make versions."""
     run = serial_passes(ir)
     if par:
         # the serial kernel's loop nests in per-thread chunks (chunks.py); the other top-level
@@ -192,11 +216,7 @@ def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> Ke
             run = replace(run, body=split_scatters(run, handled))
         else:
             run = jam_slabs(short_slab_gathers(replace(ir, body=split_scatters(ir))))
-    if truth:  # after the passes that make versions, before those that tune what is printed
-        run = replace(run, body=list(decide(run.body, truth)))
-    run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
-    run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
-    return drop_dead_inits(run)  # constants overwritten before a read: compile time only (deadinit.py)
+    return run
 
 
 def source(ir: KernelIR, dtype: str = "float64", comment: str = "", cache: bool = True,

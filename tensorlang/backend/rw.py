@@ -25,20 +25,29 @@ from .loopir import AccAdd, Alloc, Assign, Break, If, Loop, Store, walk_stmts
 OPAQUE = "<opaque statement>"  # not a name the printer can produce
 
 
+_FIELDS: dict = {}  # kernel-IR node class -> its field names (``dataclasses.fields`` builds them per call)
+
+
 def names(e, out: set) -> set:
-    """``out`` with every name the kernel-IR expression ``e`` (or a tuple or list of them) reads."""
-    if isinstance(e, K.Name):
+    """``out`` with every name the kernel-IR expression ``e`` (or a tuple or list of them) reads.
+    Every pass's dependence test calls this (the parallel variant's ``chunk_loops`` some
+    30,000 times for one kernel), so it dispatches on the exact type first."""
+    t = type(e)
+    if t is K.Name:
         out.add(e.name)
-    elif isinstance(e, K.Load):
+    elif t is K.Load:
         out.add(e.array)
         for i in e.index:
             names(i, out)
-    elif isinstance(e, (tuple, list)):
+    elif t is tuple or t is list:
         for x in e:
             names(x, out)
-    elif isinstance(e, K.KExpr):
-        for f in fields(e):
-            names(getattr(e, f.name), out)
+    elif t is not K.Int and t is not K.Float and isinstance(e, K.KExpr):
+        got = _FIELDS.get(t)
+        if got is None:
+            got = _FIELDS[t] = tuple(f.name for f in fields(t))
+        for f in got:
+            names(getattr(e, f), out)
     return out
 
 
