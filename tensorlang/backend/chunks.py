@@ -61,7 +61,7 @@ from .astgen import isl_text
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 from .parallel_split import THREADS_ARG, _accumulation, _iteration_work, _rename_acc
 from .rw import _status, dead_after, names, reads_writes
-from .tilefuse import _map_expr, _map_stmts, _params, _uses
+from .tilefuse import _params, _uses
 
 # a loop is chunked when it runs at least this many iterations per thread (a
 # chunk of contiguous iterations is then at most 1 + 1/CHUNK_MIN of the
@@ -166,7 +166,7 @@ def _copy(index, path, loop: Loop, tag: str, assigned: set):
     ren = {v: v + tag for v in vars_}
 
     def text(e):
-        e = _map_expr(e, lambda x: K.Name(ren[x.name]) if isinstance(x, K.Name) and x.name in ren else None)
+        e = K.substitute(e, {v: K.Name(w) for v, w in ren.items()})
         got = names(e, set())
         if {n for n in got if n not in ren.values()} & assigned:
             return None
@@ -436,7 +436,7 @@ def _chunked_loop(s: Loop, got, rest: tuple, allocs: dict, fresh) -> list:
     new = _chunk(s, accs, private, fresh, sums, allocs)
     if sums:  # worth its copies (as parallel_split's rule): sizes * T * SPLIT_FACTOR <= the loop's work
         t = fresh("T")
-        first = _map_expr(_iteration_work(s), lambda x: s.lo if x == K.Name(s.var) else None)
+        first = K.substitute(_iteration_work(s), {s.var: s.lo})
         work = K.IBin("*", _trips(s), first)  # (the first iteration's work, times the trips)
         size = K.Int(0)
         for a in sums:

@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from . import kir as K
 from .blas import Gemm, View
@@ -83,7 +83,6 @@ from .offsets import hoist_offsets
 from .jam import jam_slabs
 from .short_slabs import short_slab_gathers
 from .tilefuse import tile_consumers
-from .contract import _map_stmts
 from .deadinit import drop_dead_inits
 from .fission import split_calls
 from .hfuse import fuse_nests
@@ -433,17 +432,6 @@ def _stmts(stmts, depth: int, par: bool, lines: list, red: dict) -> None:
                 raise TypeError(f"not a loop-IR statement: {s!r}")
 
 
-def _subst(e, name: str, repl: K.KExpr):
-    """``e`` with the index ``Name(name)`` replaced by ``repl`` (kernel-IR nodes)."""
-    if isinstance(e, K.Name):
-        return repl if e.name == name else e
-    if isinstance(e, (tuple, list)):
-        return tuple(_subst(x, name, repl) for x in e)
-    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float)):
-        return replace(e, **{f.name: _subst(getattr(e, f.name), name, repl) for f in fields(e)})
-    return e
-
-
 def _while(v: str, lo: str, hi: str, ind: str, lines: list) -> None:
     """The head of a serial kernel's loop ``for v in range(lo, hi)`` as
     ``v = lo; while v < v_e:``; the caller prints the body and ``v += 1``.
@@ -491,7 +479,7 @@ def _lanes(v: str, lo, hi, acc: str, val, ind: str, lines: list, lanes: int = LA
     lines.append(f"{ind}for {v} in range({lo_n}, {hi_n}, {lanes}):\n")  # a stepped loop: see _while
     lines.append(f"{ind}    {acc} += {expr(val)}\n")
     for k in range(1, lanes):
-        lines.append(f"{ind}    {acc}_a{k} += {expr(_subst(val, v, K.IBin('+', K.Name(v), K.Int(k))))}\n")
+        lines.append(f"{ind}    {acc}_a{k} += {expr(K.substitute(val, {v: K.IBin('+', K.Name(v), K.Int(k))}))}\n")
     if _intrinsic_access():
         _while(v, hi_n, expr(hi), ind, lines)
         lines.append(f"{ind}    {acc} += {expr(val)}\n")

@@ -23,11 +23,11 @@ element an iteration had not written).  Only temporaries are contracted.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from . import kir as K
 from .blas import Gemm
-from .loopir import AccAdd, Alloc, Assign, Break, If, Loop, Store
+from .loopir import AccAdd, Alloc, Assign, Break, If, Loop, Store, map_stmts
 
 FUSABLE = ("gen", "scatter", "rel")
 LOOKAHEAD = 8  # statements searched for a loop to fuse with (compile time stays linear)
@@ -36,40 +36,12 @@ LOOKAHEAD = 8  # statements searched for a loop to fuse with (compile time stays
 # -- kernel-IR traversal -------------------------------------------------------------------------
 
 
-def _map_expr(e, fn):
-    """``e`` with ``fn`` applied bottom-up to every kernel-IR node."""
-    if isinstance(e, tuple):
-        return tuple(_map_expr(x, fn) for x in e)
-    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
-        e = replace(e, **{f.name: _map_expr(getattr(e, f.name), fn) for f in fields(e)})
-    return fn(e) if isinstance(e, K.KExpr) else e
-
-
-def _map_stmts(stmts, fn, sfn=None) -> tuple:
-    """Statements with ``fn`` applied to every expression (and ``sfn`` to each Store/Assign)."""
-    out = []
-    for s in stmts:
-        match s:
-            case Loop(lo=lo, hi=hi, body=b):
-                s = replace(s, lo=_map_expr(lo, fn), hi=_map_expr(hi, fn), body=_map_stmts(b, fn, sfn))
-            case If(cond=c, then=t, orelse=o):
-                s = replace(s, cond=_map_expr(c, fn), then=_map_stmts(t, fn, sfn), orelse=_map_stmts(o, fn, sfn))
-            case Assign(value=v) | AccAdd(value=v):
-                s = replace(s, value=_map_expr(v, fn))
-            case Store(index=ix, value=v):
-                s = replace(s, index=_map_expr(ix, fn), value=_map_expr(v, fn))
-            case Alloc(shape=sh):
-                s = replace(s, shape=_map_expr(sh, fn))
-        out.append(sfn(s) if sfn is not None and isinstance(s, (Store, Assign, AccAdd)) else s)
-    return tuple(out)
-
-
 def _rename(stmts, old: str, new: str) -> tuple:
-    return _map_stmts(stmts, lambda e: K.Name(new) if isinstance(e, K.Name) and e.name == old else e)
+    return map_stmts(stmts, lambda e: K.Name(new) if isinstance(e, K.Name) and e.name == old else None)
 
 
 def _subst_expr(e, old: str, new: str):
-    return _map_expr(e, lambda x: K.Name(new) if isinstance(x, K.Name) and x.name == old else x)
+    return K.substitute(e, {old: K.Name(new)})
 
 
 def _accesses(stmts, out: dict, names: dict, loops=()) -> None:
@@ -84,9 +56,9 @@ def _accesses(stmts, out: dict, names: dict, loops=()) -> None:
             out.setdefault(e.array, []).append((e.index, where))
         if isinstance(e, K.Name):
             names.setdefault(e.name, set()).add("r")
-        if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
-            for f in fields(e):
-                expr(getattr(e, f.name), where)
+        if isinstance(e, K.KExpr):
+            for c in K.children(e):
+                expr(c, where)
 
     for s in stmts:
         match s:
@@ -288,7 +260,7 @@ def _contract_one(body, a: Alloc, chain, pos, fresh):
         return tuple(out)
 
     body = walk(tuple(body))
-    return list(_map_stmts(body, fn, sfn))
+    return list(map_stmts(body, fn, sfn))
 
 
 def _zero_fill(name, shape, fresh):

@@ -29,7 +29,7 @@ the names statements read and write come from rw.py.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from . import kir as K
 from .colsum import candidates
@@ -214,32 +214,19 @@ def _subtrees(e, out: list) -> list:
     if isinstance(e, _ARITH):
         if _names_loads(e):
             out.append(e)
-        for f in fields(e):
-            x = getattr(e, f.name)
-            for y in (x if isinstance(x, tuple) else (x,)):
-                if isinstance(y, K.KExpr):
-                    _subtrees(y, out)
+        for c in K.children(e):
+            _subtrees(c, out)
     return out
 
 
 def _names_loads(e) -> bool:
     if isinstance(e, K.Load):
         return True
-    if isinstance(e, tuple):
-        return any(_names_loads(x) for x in e)
-    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
-        return any(_names_loads(getattr(e, f.name)) for f in fields(e))
-    return False
+    return isinstance(e, K.KExpr) and any(_names_loads(c) for c in K.children(e))
 
 
 def _subst(e, old, new):
-    if e == old:
-        return new
-    if isinstance(e, tuple):
-        return tuple(_subst(x, old, new) for x in e)
-    if isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
-        return replace(e, **{f.name: _subst(getattr(e, f.name), old, new) for f in fields(e)})
-    return e
+    return K.map_down(e, lambda x: new if x == old else None)
 
 
 def _value(s):

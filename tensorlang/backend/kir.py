@@ -23,7 +23,7 @@ letter per role, never user text, so no user name can reach the source.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 # Integers a kernel computes with are int64; sizes are bounded at call time
 # (``MAX_SIZE``) so every literal isl leaves in a kernel fits.
@@ -153,6 +153,77 @@ class FCall(KExpr):
     fn: str
     args: tuple
     numpy: bool = True
+
+
+# -- traversal: the one walk over a node's sub-expressions ---------------------------------------
+
+_FIELDS: dict = {}  # node class -> its field names (``dataclasses.fields`` rebuilds them per call)
+
+
+def field_names(cls) -> tuple:
+    got = _FIELDS.get(cls)
+    if got is None:
+        got = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    return got
+
+
+def children(e) -> tuple:
+    """The direct sub-expressions of ``e``, in field order (a tuple field's in its order)."""
+    out = []
+    for f in field_names(type(e)):
+        x = getattr(e, f)
+        if isinstance(x, KExpr):
+            out.append(x)
+        elif isinstance(x, tuple):
+            out.extend(y for y in x if isinstance(y, KExpr))
+    return tuple(out)
+
+
+def map_children(e, fn):
+    """``e`` with each direct sub-expression ``c`` replaced by ``fn(c)``; ``e`` itself
+    when none changes (nodes are frozen: sharing them is safe)."""
+    if isinstance(e, (Int, Bool, Float, Name)):
+        return e
+    kw = {}
+    for f in field_names(type(e)):
+        x = getattr(e, f)
+        if isinstance(x, KExpr):
+            y = fn(x)
+            if y is not x:
+                kw[f] = y
+        elif isinstance(x, tuple) and any(isinstance(v, KExpr) for v in x):
+            y = tuple(fn(v) if isinstance(v, KExpr) else v for v in x)
+            if any(a is not b for a, b in zip(y, x)):
+                kw[f] = y
+    return replace(e, **kw) if kw else e
+
+
+def map_up(e, fn):
+    """``e`` (or a tuple of expressions) rebuilt children first: ``fn(node)`` of each
+    rebuilt node gives its replacement, or None to keep it."""
+    if isinstance(e, tuple):
+        return tuple(map_up(x, fn) for x in e)
+    if not isinstance(e, KExpr):
+        return e
+    e = map_children(e, lambda c: map_up(c, fn))
+    got = fn(e)
+    return e if got is None else got
+
+
+def map_down(e, fn):
+    """``e`` rebuilt from the root: where ``fn(node)`` gives a replacement it is taken
+    as it is (its insides not visited), else the node's children are visited."""
+    if isinstance(e, tuple):
+        return tuple(map_down(x, fn) for x in e)
+    if not isinstance(e, KExpr):
+        return e
+    got = fn(e)
+    return map_children(e, lambda c: map_down(c, fn)) if got is None else got
+
+
+def substitute(e, sub: dict):
+    """``e`` with each ``Name(n)``, ``n`` in ``sub``, read as the expression ``sub[n]``."""
+    return map_up(e, lambda x: sub.get(x.name) if isinstance(x, Name) else None)
 
 
 def is_const(e: KExpr, v: float) -> bool:

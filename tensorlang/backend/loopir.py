@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .kir import KExpr
+from .kir import KExpr, map_up
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,26 @@ def substitute_stmts(stmts, sub: dict) -> tuple:
             out.append(replace(s, body=substitute_stmts(s.body, sub)))
         else:
             out.append(s)
+    return tuple(out)
+
+
+def map_stmts(stmts, fn, sfn=None) -> tuple:
+    """``stmts`` with every expression (bounds, conditions, indices, values, shapes)
+    rebuilt by ``kir.map_up(e, fn)``, inside loops and ifs too; ``sfn``, when given,
+    maps each Store, Assign and AccAdd after that."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Loop):
+            s = replace(s, lo=map_up(s.lo, fn), hi=map_up(s.hi, fn), body=map_stmts(s.body, fn, sfn))
+        elif isinstance(s, If):
+            s = replace(s, cond=map_up(s.cond, fn), then=map_stmts(s.then, fn, sfn), orelse=map_stmts(s.orelse, fn, sfn))
+        elif isinstance(s, (Assign, AccAdd)):
+            s = replace(s, value=map_up(s.value, fn))
+        elif isinstance(s, Store):
+            s = replace(s, index=map_up(s.index, fn), value=map_up(s.value, fn))
+        elif isinstance(s, Alloc):
+            s = replace(s, shape=map_up(s.shape, fn))
+        out.append(sfn(s) if sfn is not None and isinstance(s, (Store, Assign, AccAdd)) else s)
     return tuple(out)
 
 

@@ -23,7 +23,7 @@ are left as they are (they may not run at ``v = lo``).
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from . import kir as K
 from .loopir import AccAdd, Assign, If, KernelIR, Loop, Store, walk_stmts
@@ -68,7 +68,7 @@ def _mentions(e, names: set) -> bool:
     if isinstance(e, (tuple, list)):
         return any(_mentions(x, names) for x in e)
     if isinstance(e, K.KExpr):
-        return any(_mentions(getattr(e, f.name), names) for f in fields(e))
+        return any(_mentions(c, names) for c in K.children(e))
     return False
 
 
@@ -117,16 +117,7 @@ class _Hoister:
                 return replace(e, index=tuple(index(ex(i)) for i in e.index))
             if isinstance(e, (K.Select, K.BoolOp)):
                 return e  # evaluated conditionally
-            if isinstance(e, K.KExpr):
-                kw = {}
-                for f in fields(e):
-                    v = getattr(e, f.name)
-                    if isinstance(v, K.KExpr):
-                        kw[f.name] = ex(v)
-                    elif isinstance(v, tuple) and v and all(isinstance(x, K.KExpr) for x in v):
-                        kw[f.name] = tuple(ex(x) for x in v)
-                return replace(e, **kw) if kw else e
-            return e
+            return K.map_children(e, ex) if isinstance(e, K.KExpr) else e
 
         body = []
         for s in lp.body:

@@ -21,8 +21,7 @@ from dataclasses import replace
 
 from . import kir as K
 from .blas import Gemm
-from .contract import _map_stmts
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
+from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, map_stmts, walk_stmts
 from .rw import dead_after, names, reads_writes
 
 # kernel_parallel's extra last argument (no allocator name has an underscore);
@@ -268,7 +267,7 @@ def _rename_array(stmts, old: str, new: str) -> tuple:
     def sfn(s):
         return replace(s, array=new) if isinstance(s, Store) and s.array == old else s
 
-    return _map_stmts(stmts, fn, sfn)
+    return map_stmts(stmts, fn, sfn)
 
 
 def _split_scatter(loop: Loop, accs, private, allocs: dict) -> list:
@@ -300,7 +299,7 @@ def _split_scatter(loop: Loop, accs, private, allocs: dict) -> list:
         at = (K.Name(c),) + tuple(ix)
         return Store(parts[a], at, K.FSum((K.Load(parts[a], at), term)))
 
-    body = _map_stmts(body, lambda e: e, to_part)
+    body = map_stmts(body, lambda e: None, to_part)
     mine = []
     for al in private:
         new = f"{al.name}_c"

@@ -35,7 +35,7 @@ iteration order, as written.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from . import kir as K
 from .loopir import AccAdd, Assign, If, KernelIR, Loop, Store
@@ -49,45 +49,19 @@ MAX_BODY = 4000  # kernel-IR nodes of a loop body searched
 _FLOAT_OPS = (K.FSum, K.FMul, K.FDiv, K.FNeg, K.FPow, K.FCall)
 
 
-def _children(e):
-    for f in fields(e):
-        x = getattr(e, f.name)
-        if isinstance(x, tuple):
-            yield from (y for y in x if isinstance(y, K.KExpr))
-        elif isinstance(x, K.KExpr):
-            yield x
-
-
-def _map(e, fn):
-    """``e`` rebuilt top-down: ``fn(node)`` returns a replacement or None."""
-    got = fn(e)
-    if got is not None:
-        return got
-    if isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
-        return e
-    kw = {}
-    for f in fields(e):
-        x = getattr(e, f.name)
-        if isinstance(x, tuple):
-            kw[f.name] = tuple(_map(y, fn) if isinstance(y, K.KExpr) else y for y in x)
-        elif isinstance(x, K.KExpr):
-            kw[f.name] = _map(x, fn)
-    return replace(e, **kw) if kw else e
-
-
 def _names(e, out: set) -> set:
     if isinstance(e, K.Name):
         out.add(e.name)
     elif isinstance(e, K.Load):
         out.add(e.array)
     if isinstance(e, K.KExpr):
-        for c in _children(e):
+        for c in K.children(e):
             _names(c, out)
     return out
 
 
 def _size(e) -> int:
-    return 1 + sum(_size(c) for c in _children(e))
+    return 1 + sum(_size(c) for c in K.children(e))
 
 
 # -- affine normal form of integer index expressions -----------------------------------------------
@@ -146,7 +120,7 @@ def _shift(e, var: str, d: int):
             return K.IBin("+", x, K.Int(d)) if d else x
         return None
 
-    return _map(e, fn)
+    return K.map_down(e, fn)
 
 
 def _first_offset(e, var: str):
@@ -156,7 +130,7 @@ def _first_offset(e, var: str):
             f = _affine(ix)
             if f is not None and dict(f[0]).get(var) == 1:
                 return f[1]
-    for c in _children(e):
+    for c in K.children(e):
         got = _first_offset(c, var)
         if got is not None:
             return got
@@ -187,7 +161,7 @@ class _Body:
     def expand(self, e):
         got = self.memo.get(e)
         if got is None:
-            got = _map(e, lambda x: self.defs.get(x.name) if isinstance(x, K.Name) else None)
+            got = K.map_down(e, lambda x: self.defs.get(x.name) if isinstance(x, K.Name) else None)
             self.memo[e] = got
         return got
 
@@ -216,7 +190,7 @@ class _Body:
 
 def _walk(e):
     yield e
-    for c in _children(e):
+    for c in K.children(e):
         yield from _walk(c)
 
 
@@ -263,9 +237,9 @@ def _roll_once(loop: Loop, carried: set, tag: str):
             body.append(Assign(w[cmax], lead))
             placed = True
         if isinstance(s, Store):
-            body.append(replace(s, index=tuple(_map(i, swap) for i in s.index), value=_map(s.value, swap)))
+            body.append(replace(s, index=tuple(K.map_down(i, swap) for i in s.index), value=K.map_down(s.value, swap)))
         else:
-            body.append(replace(s, value=_map(s.value, swap)))
+            body.append(replace(s, value=K.map_down(s.value, swap)))
     body += [Assign(w[c], K.Name(w[c + 1])) for c in cs[:-1]]
     expanded = b.expand(lead)
     pre = [Assign(w[c], _subst_var(_shift(expanded, loop.var, c - cmax), loop.var, loop.lo)) for c in cs[:-1]]
@@ -273,7 +247,7 @@ def _roll_once(loop: Loop, carried: set, tag: str):
 
 
 def _subst_var(e, var: str, repl):
-    return _map(e, lambda x: repl if isinstance(x, K.Name) and x.name == var else None)
+    return K.substitute(e, {var: repl})
 
 
 def _dead(body, keep: set) -> tuple:
@@ -401,8 +375,8 @@ def _stmt_names(stmts, out: Counter) -> Counter:
                     for n in _names(v, set()):
                         out[n] += 1
             case _:
-                for f in fields(s) if hasattr(s, "__dataclass_fields__") else ():
-                    x = getattr(s, f.name)
+                for f in K.field_names(type(s)) if hasattr(s, "__dataclass_fields__") else ():
+                    x = getattr(s, f)
                     if isinstance(x, K.KExpr):
                         for n in _names(x, set()):
                             out[n] += 1

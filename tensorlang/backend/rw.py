@@ -16,16 +16,13 @@ Built from loop-IR nodes (``loopir.py``, ``kir.py``).
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from . import kir as K
 from .blas import Gemm
 from .loopir import AccAdd, Alloc, Assign, Break, If, Loop, Store, walk_stmts
 
 OPAQUE = "<opaque statement>"  # not a name the printer can produce
-
-
-_FIELDS: dict = {}  # kernel-IR node class -> its field names (``dataclasses.fields`` builds them per call)
 
 
 def names(e, out: set) -> set:
@@ -43,10 +40,7 @@ def names(e, out: set) -> set:
         for x in e:
             names(x, out)
     elif t is not K.Int and t is not K.Float and isinstance(e, K.KExpr):
-        got = _FIELDS.get(t)
-        if got is None:
-            got = _FIELDS[t] = tuple(f.name for f in fields(t))
-        for f in got:
+        for f in K.field_names(t):
             names(getattr(e, f), out)
     return out
 
@@ -115,7 +109,7 @@ def rename(x, old: str, new: str):
         return [rename(y, old, new) for y in x]
     if isinstance(x, (K.Int, K.Bool, K.Float)) or not hasattr(x, "__dataclass_fields__"):
         return x
-    kw = {f.name: rename(getattr(x, f.name), old, new) for f in fields(x)}
+    kw = {f: rename(getattr(x, f), old, new) for f in K.field_names(type(x))}
     if isinstance(x, Loop) and x.var == old:
         kw["var"] = new
     if isinstance(x, (Assign, AccAdd)) and x.target == old:

@@ -74,13 +74,13 @@ writes from rw.py, bounds from isl.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from ..isl_bridge import isl
 
 from . import kir as K
 from .astgen import isl_text
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
+from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, map_stmts, walk_stmts
 from .roll import LANES
 from .rw import FreshNames, dead_after, has_break, independent, names, reads_writes
 
@@ -88,36 +88,6 @@ _PLAIN = (Loop, If, Assign, AccAdd, Store, Alloc, Break)  # statements whose acc
 
 
 # -- kernel-IR helpers ----------------------------------------------------------
-
-
-def _map_expr(e, fn):
-    """``e`` rebuilt bottom-up: ``fn(node)`` returns a replacement or None."""
-    if isinstance(e, tuple):
-        return tuple(_map_expr(x, fn) for x in e)
-    if not isinstance(e, K.KExpr):
-        return e
-    if not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
-        e = replace(e, **{f.name: _map_expr(getattr(e, f.name), fn) for f in fields(e)})
-    got = fn(e)
-    return e if got is None else got
-
-
-def _map_stmts(stmts, fn) -> tuple:
-    """Statements with every expression (bounds, conditions, indices, values) mapped by ``fn``."""
-    out = []
-    for s in stmts:
-        if isinstance(s, Loop):
-            s = replace(s, lo=_map_expr(s.lo, fn), hi=_map_expr(s.hi, fn), body=_map_stmts(s.body, fn))
-        elif isinstance(s, If):
-            s = replace(s, cond=_map_expr(s.cond, fn), then=_map_stmts(s.then, fn), orelse=_map_stmts(s.orelse, fn))
-        elif isinstance(s, (Assign, AccAdd)):
-            s = replace(s, value=_map_expr(s.value, fn))
-        elif isinstance(s, Store):
-            s = replace(s, index=_map_expr(s.index, fn), value=_map_expr(s.value, fn))
-        elif isinstance(s, Alloc):
-            s = replace(s, shape=_map_expr(s.shape, fn))
-        out.append(s)
-    return tuple(out)
 
 
 def _to_buffer(stmts, d: str, b: str, lo: K.KExpr) -> tuple:
@@ -129,7 +99,7 @@ def _to_buffer(stmts, d: str, b: str, lo: K.KExpr) -> tuple:
         return None
 
     out = []
-    for s in _map_stmts(stmts, fn):
+    for s in map_stmts(stmts, fn):
         out.append(_store_to_buffer(s, d, b, lo))
     return tuple(out)
 
@@ -149,7 +119,7 @@ def _shifted(stmts, var: str, k: int) -> tuple:
     """``stmts`` with the name ``var`` read as ``var + k``."""
     if not k:
         return tuple(stmts)
-    return _map_stmts(stmts, lambda x: K.IBin("+", x, K.Int(k)) if isinstance(x, K.Name) and x.name == var else None)
+    return map_stmts(stmts, lambda x: K.IBin("+", x, K.Int(k)) if isinstance(x, K.Name) and x.name == var else None)
 
 
 def _accesses(e, d: str, out: list) -> list:
@@ -162,9 +132,9 @@ def _accesses(e, d: str, out: list) -> list:
     elif isinstance(e, tuple):
         for x in e:
             _accesses(x, d, out)
-    elif isinstance(e, K.KExpr) and not isinstance(e, (K.Int, K.Bool, K.Float, K.Name)):
-        for f in fields(e):
-            _accesses(getattr(e, f.name), d, out)
+    elif isinstance(e, K.KExpr):
+        for c in K.children(e):
+            _accesses(c, d, out)
     return out
 
 
