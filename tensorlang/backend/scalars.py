@@ -191,9 +191,13 @@ def kernel_function(name: str, dtype=None):
     per implementation); generated kernel modules bind it by name."""
     import numba
 
+    from .selects import intrinsic_for
     from .warm_load import warm_loading
 
     fd, f = _impl(name)
+    inline = intrinsic_for(name, f)  # a built-in comparison or select: typed and lowered in the kernel
+    if inline is not None:
+        return inline
     got = _COMPILED.get((name, id(f)))
     if got is not None:
         return got[1]
