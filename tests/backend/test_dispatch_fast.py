@@ -19,9 +19,7 @@ import pytest
 import tensorlang as tl
 
 
-@pytest.fixture(autouse=True)
-def compiled(monkeypatch):
-    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+pytestmark = pytest.mark.usefixtures("compiled_runtime")  # the kernel at every size, not the evaluator
 
 
 def program():

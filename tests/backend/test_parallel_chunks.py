@@ -31,9 +31,7 @@ from tensorlang.backend.roll import LANES
 from tests.backend.test_tile_consumers import _data, _deconv, _loaded, _squares, _stored, _y
 
 
-@pytest.fixture(autouse=True)
-def _compiled(monkeypatch):
-    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+pytestmark = pytest.mark.usefixtures("compiled_runtime")  # the kernel at every size, not the evaluator
 
 
 def _chunk_loops(stmts):

@@ -38,9 +38,7 @@ def _ref(d):
     return As.T @ r, np.where(d["S"], np.outer(r, d["x"]), 0.0)
 
 
-@pytest.fixture(autouse=True)
-def compiled(monkeypatch):
-    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")  # small sizes, compiled kernels (not the evaluator)
+pytestmark = pytest.mark.usefixtures("compiled_runtime")  # the kernel at every size, not the evaluator
 
 
 @pytest.fixture

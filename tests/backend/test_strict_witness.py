@@ -28,9 +28,7 @@ SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck), derandom
 BAD = (np.nan, np.inf, -np.inf)
 
 
-@pytest.fixture(autouse=True)
-def compiled(monkeypatch):
-    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+pytestmark = pytest.mark.usefixtures("compiled_runtime")  # the kernel at every size, not the evaluator
 
 
 def witnessed(expr, data) -> set:

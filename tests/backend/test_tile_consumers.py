@@ -34,10 +34,7 @@ from tensorlang.backend.roll import LANES
 from tensorlang.backend.tilefuse import tile_consumers
 
 
-@pytest.fixture(autouse=True)
-def _compiled(monkeypatch):
-    # the kernel at every size (not the evaluator, which the small sizes here would take)
-    monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+pytestmark = pytest.mark.usefixtures("compiled_runtime")  # the kernel at every size, not the evaluator
 
 
 def _deconv():
