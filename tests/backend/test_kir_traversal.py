@@ -78,3 +78,20 @@ def test_map_stmts_reaches_every_expression_and_only_expressions():
     seen = []
     map_stmts(body, lambda x: None, lambda s: seen.append(type(s).__name__) or s)
     assert seen == ["Store", "Assign"]
+
+
+def test_kir_is_the_only_backend_module_walking_node_fields():
+    # one traversal (kir.children / map_children): no pass spells out its own walk over fields
+    import ast
+    import pathlib
+
+    import tensorlang.backend as backend
+
+    walkers = []
+    for path in sorted(pathlib.Path(backend.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "dataclasses" and \
+                    any(a.name == "fields" for a in node.names):
+                walkers.append(path.name)
+    assert walkers == ["kir.py"]
