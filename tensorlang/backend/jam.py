@@ -10,7 +10,7 @@ multiply-add, which the store port bounds.  Jammed by ``JAM`` = 2::
     for r in range(r_lo, q, 2):
         r1 = r + 1
         for h in slab: D[h] = D[h] + e(r, h) + e(r1, h)
-    for r in range(q, r_hi): for h in slab: D[h] = D[h] + e(r, h)   # the nest as it was
+    if q < r_hi: r = q; for h in slab: D[h] = D[h] + e(r, h)   # the nest's body, once
 
 each ``D[h]`` is loaded and stored once per two points.  The sum is printed
 left to right (``((D[h] + e(r, h)) + e(r1, h))``, codegen's ``FSum``), which
@@ -52,7 +52,9 @@ def _pairs(r, fresh, sweep) -> tuple:
     q, r1 = fresh("v"), fresh("i")
     whole = K.IBin("*", K.IBin("//", K.MinMax("max", (K.Int(0), K.IBin("-", r.hi, r.lo))), K.Int(JAM)), K.Int(JAM))
     body = (Assign(r1, K.IBin("+", K.Name(r.var), K.Int(1))),) + sweep(r1)
-    return (Assign(q, K.IBin("+", r.lo, whole)), replace(r, hi=K.Name(q), step=JAM, body=body), replace(r, lo=K.Name(q)))
+    # the nest as it was from q runs at most once (JAM = 2): a test, not a loop to compile
+    last = If(K.Cmp("<", K.Name(q), r.hi), (Assign(r.var, K.Name(q)),) + tuple(r.body))
+    return (Assign(q, K.IBin("+", r.lo, whole)), replace(r, hi=K.Name(q), step=JAM, body=body), last)
 
 
 def _jammed(r, fresh) -> tuple:

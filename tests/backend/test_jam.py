@@ -54,8 +54,9 @@ def test_loss_nest_is_jammed_and_kept_for_the_remainder():
     assert isinstance(st, Store) and st.array == old.array
     assert len(st.value.terms) == 2 * len(old.value.terms) - 1  # D[h] once, the terms of both points
     assert st.value.terms[: len(old.value.terms)] == old.value.terms  # the first point's terms first
-    rest = [s for s in walk_stmts(run.body) if isinstance(s, Loop) and s.body == nest.body and s.step == 1]
-    assert len(rest) == 1 and rest[0].lo != nest.lo and rest[0].hi == nest.hi  # the remainder, from q
+    # the remainder, the nest's body once at r = q when q < r_hi (at most one point is left over)
+    rest = [s for s in walk_stmts(run.body) if isinstance(s, If) and s.then[1:] == nest.body]
+    assert len(rest) == 1 and rest[0].cond.rhs == nest.hi and rest[0].then[0] == Assign(nest.var, rest[0].cond.lhs)
     assert printed_ir(ir, True) is not None  # the parallel variant prints
 
 
@@ -112,9 +113,10 @@ def _partition(lo, hi, taps):
             for h in points:
                 for t in store.value.terms[1:]:
                     got.append((h, K.evaluate_int(t.index[0], env)))
-    for r in range(K.evaluate_int(rest.lo, env), K.evaluate_int(rest.hi, env)):
-        env["r"] = r
-        got += [(h, r) for h in range(K.evaluate_int(lo, env), K.evaluate_int(hi, env))]
+    assert isinstance(rest, If) and rest.then[0] == Assign("r", rest.cond.lhs)  # at most one tap left over
+    if K.evaluate_int(rest.cond, env):
+        env["r"] = K.evaluate_int(rest.cond.lhs, env)
+        got += [(h, env["r"]) for h in range(K.evaluate_int(lo, env), K.evaluate_int(hi, env))]
     return got, len(edges)
 
 
