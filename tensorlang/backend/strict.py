@@ -29,9 +29,12 @@ input), conservatively:
   product where that factor is 0 (a bracket's points are skipped), so such a
   product witnesses nothing; a factor's sum may take the product into its
   loop (fusion), so the product witnesses only where that sum is not empty;
-* a read of an input ``X[i1, ..., ik]`` of rank k whose indices are distinct
-  sum indices, each ranging over exactly ``X``'s extent in its dimension:
-  every element is read;
+* a read of an input ``X[a1, ..., ak]`` whose every index ``a`` is a sum of
+  distinct enclosing sum indices with coefficients ±1 (none shared between
+  dimensions) plus sizes and a constant, whose least and greatest values over
+  the sums are ``0`` and the dimension's extent - 1 at every size: every
+  element is read (``X[i, j]`` over X's own extents; the deconvolution's
+  ``x[i - j + m - 1]`` over i < n, j < m, x of extent n + m - 1);
 * a read of a top-level let-bound ``gen`` (a temporary the kernel computes
   in full, or inlines at each read) is strict in what its element is
   strict in, its index substituted; a top-level scalar let, in its value.
@@ -176,19 +179,29 @@ def _factors(e) -> list:
 
 
 def _covers(idx: list, dims: tuple, ctx: tuple) -> bool:
-    """Each index a distinct enclosing sum's index over exactly that dimension's
-    extent, and every enclosing extent a function of the sizes alone."""
+    """Every element of an array of extents ``dims`` read as ``X[idx]`` at every point
+    of the enclosing sums ``ctx``: each index an affine form whose index symbols are
+    enclosing sum indices (no two dimensions sharing one) with coefficients +1 or -1,
+    and whose least and greatest values over the sums are ``0`` and ``dim - 1`` at
+    every size (a unit step over each sum: the values between are all taken, as for
+    the deconvolution's ``x[i - j + m - 1]``, i < n, j < m, x of extent n + m - 1);
+    every enclosing extent a function of the sizes alone."""
     extents = dict(ctx)
     if len(extents) != len(ctx) or any(n.index_vars() for n in extents.values()):
         return False  # an index bound twice (shadowing), or a triangular extent
     seen = set()
     for a, n in zip(idx, dims):
-        if a.const != 0 or len(a.terms) != 1:
+        units = [(s, c) for s, c in a.terms if isinstance(s, IndexVar)]
+        if not units or any(c not in (1, -1) or s in seen or s not in extents for s, c in units):
             return False
-        (s, c), = a.terms
-        if c != 1 or not isinstance(s, IndexVar) or s in seen or extents.get(s) is not n:  # interned Affs
+        seen.update(s for s, _ in units)
+        lo = a.subst({s: 0 if c == 1 else extents[s] - 1 for s, c in units})
+        hi = a.subst({s: extents[s] - 1 if c == 1 else 0 for s, c in units})
+        if not (lo.is_const and lo.const == 0):
             return False
-        seen.add(s)
+        top = hi - n
+        if not (top.is_const and top.const == -1):
+            return False
     return True
 
 

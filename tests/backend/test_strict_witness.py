@@ -63,7 +63,7 @@ def test_which_inputs_are_witnessed():
     assert witnessed(loss, dict(u=rng.normal(size=(6, 6)), f=rng.normal(size=(6, 6)))) == {"u", "f"}
     loss, _ = deconvolution()
     data = dict(x=rng.normal(size=9), c=rng.normal(size=3), z=rng.normal(size=7))
-    assert witnessed(loss, data) == {"c", "z"}  # x[i - j + m - 1]: not an identity read
+    assert witnessed(loss, data) == {"c", "x", "z"}  # x[i - j + m - 1], i < n, j < m: all n + m - 1 read
 
     n = tl.size("n")
     x, y = tl.tensor("x", n), tl.tensor("y", n)
@@ -75,9 +75,20 @@ def test_which_inputs_are_witnessed():
         "bracketed sum factor": (tl.sum(n, lambda i: x[i] * tl.sum(n, lambda j: tl.iverson(j < i, y[j]))), set()),
         "exp": (tl.sum(n, lambda i: tl.exp(x[i])) + tl.sum(n, lambda i: 2 * y[i]), {"y"}),
         "zero factor": (tl.sum(n, lambda i: x[i] * y[i]) + tl.sum(n, lambda i: 0 * x[i]), {"x", "y"}),
+        "reversed": (tl.sum(n, lambda i: x[n - 1 - i] * y[i]), {"x", "y"}),
+        "shifted": (tl.sum(n - 1, lambda i: x[i + 1] * x[i + 1]) + tl.sum(n, lambda i: y[i]), {"y"}),  # x[0] unread
     }
     for name, (expr, want) in cases.items():
         assert witnessed(expr, dict(x=xs, y=ys)) == want, name
+    # unit steps over two sums: x[i + j] reads all 2n - 1 elements of an x of that extent, not of 2n
+    for extent, want in ((2 * n - 1, {"x"}), (2 * n, set())):
+        x2 = tl.tensor("x", extent)
+        expr = tl.sum(n, lambda i: tl.sum(n, lambda j: x2[i + j] * x2[i + j]))
+        assert witnessed(expr, dict(x=rng.normal(size=9 if want else 10))) == want  # n = 5
+    x2 = tl.tensor("x", 2 * n)  # stride 2: the even elements only
+    assert witnessed(tl.sum(n, lambda i: x2[2 * i] * x2[2 * i]), dict(x=rng.normal(size=10))) == set()
+    A = tl.tensor("A", n, n)  # one sum index for two dimensions: the diagonal only
+    assert witnessed(tl.sum(n, lambda i: A[i, i] * A[i, i]), dict(A=rng.normal(size=(5, 5)))) == set()
 
 
 def test_a_blas_product_witnesses_nothing():
@@ -123,6 +134,29 @@ def test_every_bad_value_of_a_witnessed_input_is_refused(dtype, scanned):
                     fn(**data)
 
 
+@pytest.mark.parametrize("n,m", [(1, 1), (7, 3), (12, 5)])
+def test_deconvolution_loss_refuses_bad_values_everywhere_in_x_unscanned(n, m, scanned):
+    """x[i - j + m - 1] over i < n, j < m reads every element of x (n + m - 1 of
+    them, the first and last once): NaN, +inf and -inf at each position of each
+    input refused on planned calls; finite planned calls scan nothing."""
+    loss, _ = deconvolution()
+    rng = np.random.default_rng(4)
+    data = dict(x=rng.normal(size=n + m - 1), c=rng.normal(size=m), z=rng.normal(size=n))
+    fn = tl.compile(loss, threads=1)
+    want = float(np.sum((np.convolve(data["x"], data["c"], mode="valid") - data["z"]) ** 2))
+    assert abs(fn(**data) - want) <= 1e-12 * max(1.0, want)
+    scanned.clear()
+    fn(**data)
+    assert scanned == []
+    for name in ("x", "c", "z"):
+        for pos in range(len(data[name])):
+            for bad in BAD:
+                d = {k: v.copy() for k, v in data.items()}
+                d[name][pos] = bad
+                with pytest.raises(tl.TensorLangError, match=f"input {name} contains NaN or infinity"):
+                    fn(**d)
+
+
 def test_an_overflowing_loss_of_finite_inputs_keeps_its_value():
     """Finite inputs whose squares overflow: the result is inf (as NumPy's),
     the witnessed inputs are scanned and found finite, no error."""
@@ -136,9 +170,9 @@ def test_an_overflowing_loss_of_finite_inputs_keeps_its_value():
 
 
 def test_value_and_grad_refuses_bad_values_of_witnessed_inputs():
-    """value_and_grad of the deconvolution: the value witnesses z; a NaN or
-    infinity anywhere in z (or x, still scanned) is refused on planned calls,
-    and finite calls agree with NumPy."""
+    """value_and_grad of the deconvolution: the value witnesses x, c and z; a
+    NaN or infinity anywhere in them is refused on planned calls, and finite
+    calls agree with NumPy."""
     loss, (x, c, z) = deconvolution()
     vg = tl.value_and_grad(loss, wrt=[x, c])
     rng = np.random.default_rng(3)
