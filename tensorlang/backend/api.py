@@ -66,7 +66,7 @@ from .strict import plan_witnesses
 # faults against 5 ms to write it again (measured on this machine).
 OUT_POOL_MIN = 16 << 20
 OUT_KEEP = 2  # buffers kept per output: an optimiser's ``g = grad(x)`` holds one while the next is made
-CODEGEN_VERSION = "s18-3"  # in every cache key: the generated source changed
+CODEGEN_VERSION = "s18-4"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
@@ -382,8 +382,8 @@ class Kernel:
             skip = {(n, p) for n, p, _ in witness}
             witness = tuple(w for w in witness if (w[0], w[1]) in checks)
             checks = tuple(c for c in checks if c not in skip)
-        strict = plan_witnesses(spec, self._type, sizes, checks)
-        if strict:  # inputs a scalar result is strict in (strict.py): checked through it after the call
+        strict = plan_witnesses(spec, self._type, sizes, checks, inputs)
+        if strict:  # inputs a result is strict in (strict.py): checked through it after the call
             witness += strict
             checks = tuple(c for c in checks if c not in {(n, p) for n, p, _ in strict})
         plan = _Plan(
@@ -415,7 +415,8 @@ class Kernel:
                 args += self._out_buffers(plan.outs, dtype)
             res = plan.fn(*args)
             if plan.witness:
-                witnessed(plan.witness, res, values)
+                witnessed(plan.witness, res, values, plan.scan, plan.ran)
+                plan.ran = True
             return plan.build(res)
         if direct is not None:  # this signature's inputs are already the kernel's arrays
             args = plan.size_args + [values[name] for name in direct]
@@ -468,7 +469,8 @@ class Kernel:
         else:
             res = fn(*args)
         if plan.witness:
-            witnessed(plan.witness, res, values)
+            witnessed(plan.witness, res, values, plan.scan, plan.ran)
+            plan.ran = True
         if spec.get("sparse_outputs"):
             # packed outputs: values in the relation's CSR order (issue 16)
             res = list(res)
@@ -482,7 +484,7 @@ class _Plan:
     """A validated call signature's kernel arguments (see dispatch.py)."""
 
     __slots__ = ("size_args", "leaves", "dtype", "temps", "fn", "threads", "checks", "spec", "type", "serial",
-                 "direct", "build", "witness", "outs", "auto", "scan")
+                 "direct", "build", "witness", "outs", "auto", "scan", "ran")
 
     def __init__(self, size_args, leaves, dtype, temps, fn, threads, checks, spec, type_, serial=None):
         self.size_args, self.leaves, self.dtype, self.temps = size_args, leaves, dtype, temps
@@ -495,6 +497,9 @@ class _Plan:
         self.auto = None  # threads=None: the serial/parallel timing and choice (autothreads.AutoChoice)
         # the threads the inputs' NaN/inf scan may use: the kernel's (dispatch.scan_threads)
         self.scan = 1 if threads is None else threads
+        # the plan's first call checks an array witness with NumPy, as that call validated
+        # its inputs (evaluator.prepare_inputs): no compilation of the scan on a cold first call
+        self.ran = False
 
 
 def _shape_at(dims, sizes: dict) -> tuple:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..ir import PairT, RealT, TensorT, input_vars, relations_of, size_vars
 from ..typecheck import type_of
-from .results import scalar_leaves
+from .results import array_leaves, scalar_leaves
 
 
 class BadEntry(Exception):
@@ -150,13 +150,17 @@ def check_spec(spec, program, mode) -> None:
             raise BadEntry(f"witness {item!r} is not a matrix input's own scalar after the results")
         wit.add(item[2])
     scalars = scalar_leaves(spec["outputs"], type_of(program))
+    arrays = array_leaves(spec["outputs"], type_of(program))
     for item in _list(spec.get("strict_witnesses", []), "strict_witnesses"):
-        # [input, result leaf, extents]: a scalar result strict in every element of the input (strict.py)
-        if not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str) or not _is(item[1], int):
-            raise BadEntry(f"strict witness {item!r} is not [input, result leaf, extents]")
-        if (ranks.get((item[0], ())) or 0) < 1 or item[1] not in scalars:
-            raise BadEntry(f"strict witness {item!r} is not a tensor input and a scalar result")
+        # [input, result leaf, extents, leaf extents]: a result strict in every element of the
+        # input (strict.py): a scalar (no leaf extents) or a dense array (its extents)
+        if not isinstance(item, list) or len(item) != 4 or not isinstance(item[0], str) or not _is(item[1], int):
+            raise BadEntry(f"strict witness {item!r} is not [input, result leaf, extents, leaf extents]")
+        leaf = _list(item[3], "strict witness leaf extents")
+        if (ranks.get((item[0], ())) or 0) < 1 or not (item[1] in scalars if not leaf else item[1] in arrays):
+            raise BadEntry(f"strict witness {item!r} is not a tensor input and a scalar or dense array result")
         _check_dims(item[2], size_names, "strict witness")
+        _check_dims(leaf, size_names, "strict witness leaf")
     for w in _list(spec.get("work", []), "work"):
         _check_dims(w, size_names, "work")
     for c in _list(spec.get("checks", []), "checks"):

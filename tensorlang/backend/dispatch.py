@@ -166,12 +166,23 @@ def check_finite(inputs: dict, checks, threads: int = 1) -> None:
             raise InputError(f"input {what} contains NaN or infinity")
 
 
-def witnessed(witness, res, values: dict) -> None:
-    """The inputs whose NaN/inf scan the kernel's witness scalars stand for
-    (blas.py): a non-finite witness scans its input, an InputError if the input
-    is to blame; a finite witness proves the input finite."""
+def witnessed(witness, res, values: dict, threads: int = 1, compiled: bool = True) -> None:
+    """The inputs whose NaN/inf scan the kernel's witness results stand for
+    (blas.py's scalars, strict.py's scalar and array results): a non-finite
+    witness scans its input, an InputError if the input is to blame; a finite
+    witness proves the input finite.  An array witness is scanned once per call,
+    with the compiled scan (``compiled``) or NumPy's test (a plan's first call)."""
+    seen: dict = {}
     for name, path, k in witness:
-        if not math.isfinite(res[k]):
+        ok = seen.get(k)
+        if ok is None:
+            v = res[k]
+            if type(v) is not np.ndarray:
+                ok = math.isfinite(v)
+            else:
+                ok = _all_finite(v, threads) if compiled else bool(np.isfinite(v).all())
+            seen[k] = ok
+        if not ok:
             check_finite(values, ((name, path),))
 
 

@@ -473,7 +473,8 @@ def lower_program(program: Expr, mode: str = "sparse"):
     strict = []
     if not any(isinstance(st, Gemm) for st in walk_stmts(body)):
         whole = {v.name for (v, path), (_, ext) in lw.leaves.items() if not path and ext}
-        strict = [[name, k, _extents(ext)] for name, k, ext in strict_witnesses(program_binds, outs) if name in whole]
+        strict = [[name, k, _extents(ext), _extents(leaf)]
+                  for name, k, ext, leaf in strict_witnesses(program_binds, outs) if name in whole]
     # Temporaries come from a per-kernel pool: fresh 8 MB arrays each call
     # cost more in page faults than a gradient's arithmetic.
     temps = []

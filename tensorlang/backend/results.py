@@ -44,6 +44,16 @@ def scalar_leaves(out_spec, t) -> set:
     return set()
 
 
+def array_leaves(out_spec, t) -> set:
+    """The result leaves of ``out_spec`` that are dense real arrays of the program's type ``t``."""
+    if isinstance(out_spec, (list, tuple)) and out_spec and out_spec[0] == "pair" and isinstance(t, PairT):
+        return array_leaves(out_spec[1], t.fst) | array_leaves(out_spec[2], t.snd)
+    if (isinstance(out_spec, (list, tuple)) and len(out_spec) == 2 and out_spec[0] == "leaf"
+            and isinstance(t, TensorT) and not _pairlike(t.elem) and type(out_spec[1]) is int):
+        return {out_spec[1]}
+    return set()
+
+
 def type_of_expr(expr):
     from ..typecheck import type_of
 

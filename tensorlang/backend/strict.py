@@ -1,4 +1,4 @@
-"""Finiteness witnesses from a kernel's scalar results (paper Section 4.3:
+"""Finiteness witnesses from a kernel's results (paper Section 4.3:
 every call refuses NaN and infinity in its inputs, since the rewrites that
 made the kernel are exact over the reals only; issue #13: that scan is a
 whole extra pass over each input, 40% of the 5-point Laplacian loss's call).
@@ -17,6 +17,15 @@ the result after the call; a non-finite result scans the inputs it stands
 for (an InputError when one is to blame; a finite input whose loss
 overflowed keeps the computed answer, as before).  blas.py's witness of a
 matrix-vector product's matrix is the same idea for one statement.
+
+A dense array result witnesses the same way at each of its elements (session
+18): ``gen[i] e`` finite everywhere makes every strict read of ``e`` finite,
+the gen's indices counting as enclosing sums.  A gradient is such a result:
+the deconvolution's ``dc[j] = Σ_i x[i - j + m - 1]·2(y[i] - z[i])`` (m values)
+stands for all of x, c and z, so ``tl.grad`` scans m values after the kernel
+instead of 2n + m before it.  A plan takes an array witness only when it is
+no larger than the input (api.Kernel._plan, ``plan_witnesses``); the plan's
+first call tests it with NumPy, as that call validated its inputs.
 
 What counts as strict is decided on the prepared program (the lowering's
 input), conservatively:
@@ -52,10 +61,12 @@ call refuses them.
 
 from __future__ import annotations
 
-from ..ir import Access, Add, Const, Gen, IndexVar, Mul, RealT, Sum, Var
+import numpy as np
+
+from ..ir import Access, Add, Const, Gen, IndexVar, Mul, RealT, Sum, TensorT, Var
 from ..ir.types import shape_of
 from .cache_spec import dim_at
-from .results import scalar_leaves
+from .results import array_leaves, scalar_leaves
 
 BUDGET = 20_000  # nodes visited per kernel; past it the rest witnesses nothing (never wrong, only slower)
 
@@ -205,38 +216,76 @@ def _covers(idx: list, dims: tuple, ctx: tuple) -> bool:
     return True
 
 
+def _elements(o, value):
+    """``(element, ((index, extent), ...))`` of ``o = gen[i] gen[j] … e``, a dense
+    real array (its type ``[n][m]…R``, one gen per dimension); None otherwise."""
+    t, ctx = o.type, []
+    while type(t) is TensorT:
+        if type(value) is not Gen:
+            return None
+        ctx.append((value.var, value.extent))
+        t, value = t.elem, value.body
+    return (value, tuple(ctx)) if ctx and isinstance(t, RealT) else None
+
+
 def strict_witnesses(binds, outs: list) -> list:
-    """``[(input name, result leaf, enclosing extents)]``: each input whose
-    every element the scalar result leaf is strict in (module doc), with the
-    extents that must be at least 1 at a call's sizes.  ``binds``, ``outs``:
+    """``[(input name, result leaf, enclosing extents, leaf extents)]``: each input
+    whose every element the result leaf is strict in (module doc), with the extents
+    that must be at least 1 at a call's sizes and the leaf's own (none for a
+    scalar).  A dense array result witnesses as the scalar does, at each of its
+    elements: ``gen[i] e`` finite everywhere makes every strict read of ``e``, at
+    every ``i``, finite (the gradient of the deconvolution: ``dc[j] = Σ_i x[i - j +
+    m - 1]·2(y[i] - z[i])``, m elements, stands for x, c and z).  ``binds``, ``outs``:
     the lowering's top-level bindings and output leaves (fusion.split_program)."""
     lets = {v: rhs for v, rhs in binds}
     got = []
     for k, o in enumerate(outs):
-        if type(o) is not Var or o not in lets or not isinstance(o.type, RealT):
+        if type(o) is not Var or o not in lets:
             continue
+        if isinstance(o.type, RealT):
+            body, ctx = lets[o], ()
+        else:
+            elems = _elements(o, lets[o])
+            if elems is None:
+                continue
+            body, ctx = elems
         w = _Walk(lets)
-        w.strict(lets[o], {}, ())
-        got += [(name, k, ext) for name, ext in sorted(w.found.items())]
+        w.strict(body, {}, ctx)
+        got += [(name, k, ext, tuple(n for _, n in ctx)) for name, ext in sorted(w.found.items())]
     return got
 
 
-def plan_witnesses(spec, type_, sizes: dict, checks) -> tuple:
+def plan_witnesses(spec, type_, sizes: dict, checks, inputs: dict) -> tuple:
     """The ``(input, (), leaf)`` witnesses of ``spec["strict_witnesses"]`` a call
     plan at ``sizes`` (name -> int) takes: inputs it would still scan
-    (``checks``), a scalar result leaf of the program's type ``type_``, every
-    enclosing extent at least 1 at these sizes; one per input."""
+    (``checks``), a result leaf of the program's type ``type_`` that is a scalar
+    or a dense array no larger than the input (the leaf is scanned after the call
+    instead: the smallest such leaf), every enclosing extent at least 1 at these
+    sizes; one per input."""
     items = spec.get("strict_witnesses")
     if not items:
         return ()
     todo = {name for name, path in checks if not path}
     scalars = scalar_leaves(spec["outputs"], type_)
-    out = []
-    for name, k, dims in items:
-        if name in todo and k in scalars and all(dim_at(d, sizes) >= 1 for d in dims):
-            out.append((name, (), k))
-            todo.discard(name)
-    return tuple(out)
+    arrays = array_leaves(spec["outputs"], type_) - {k for k, _ in spec.get("sparse_outputs", ())}
+    best: dict = {}  # input -> (elements of the leaf, leaf)
+    for item in items:
+        name, k, dims, leaf = item
+        if name not in todo or not all(dim_at(d, sizes) >= 1 for d in dims):
+            continue
+        if k in scalars and not leaf:
+            size = 1
+        elif k in arrays and leaf:
+            size = 1
+            for d in leaf:
+                size *= dim_at(d, sizes)
+            if size > np.size(inputs[name]):
+                continue
+        else:
+            continue
+        if name not in best or size < best[name][0]:
+            best[name] = (size, k)
+    return tuple((name, (), k) for name, (_, k) in sorted(best.items()))
 
 
 __all__ = ["BUDGET", "plan_witnesses", "strict_witnesses"]

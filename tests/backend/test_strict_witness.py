@@ -157,6 +157,50 @@ def test_deconvolution_loss_refuses_bad_values_everywhere_in_x_unscanned(n, m, s
                     fn(**d)
 
 
+@pytest.mark.parametrize("n,m", [(1, 1), (7, 3), (12, 5)])
+def test_deconvolution_gradient_checks_its_filter_cotangent_not_its_inputs(n, m, scanned):
+    """tl.grad of the deconvolution: dc[j] = sum_i x[i - j + m - 1]·2(y[i] - z[i]) is
+    strict in every element of x, c and z, so a finite call scans only dc's m
+    values after the kernel; NaN, +inf and -inf at each position of each input
+    are refused; finite calls agree with NumPy."""
+    loss, (x, c, z) = deconvolution()
+    g = tl.grad(loss, wrt=[x, c], threads=1)
+    rng = np.random.default_rng(5)
+    data = dict(x=rng.normal(size=n + m - 1), c=rng.normal(size=m), z=rng.normal(size=n))
+    r = 2 * (np.convolve(data["x"], data["c"], mode="valid") - data["z"])
+    gx, gc = g(**data)
+    np.testing.assert_allclose(gx, np.convolve(r, data["c"][::-1], mode="full"), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gc, np.correlate(data["x"], r, mode="valid")[::-1], rtol=1e-12, atol=1e-12)
+    scanned.clear()
+    g(**data)
+    assert scanned == [(m,)]
+    for name in ("x", "c", "z"):
+        for pos in range(len(data[name])):
+            for bad in BAD:
+                d = {k: v.copy() for k, v in data.items()}
+                d[name][pos] = bad
+                with pytest.raises(tl.TensorLangError, match=f"input {name} contains NaN or infinity"):
+                    g(**d)
+
+
+def test_an_array_witness_larger_than_its_input_is_not_taken(scanned):
+    """grad of sum_i x[i]·w (w a scalar-like 1-element input read at every i):
+    the gradient in x, n elements, is strict in w's one element, but scanning it
+    would cost more than scanning w: w is scanned before the call."""
+    n = tl.size("n")
+    x, w = tl.tensor("x", n), tl.tensor("w", 1)
+    loss = tl.sum(n, lambda i: x[i] * w[0] * x[i])
+    g = tl.grad(loss, wrt=x, threads=1)
+    data = dict(x=np.arange(1.0, 41.0), w=np.array([0.5]))
+    np.testing.assert_allclose(g(**data), 2 * 0.5 * data["x"])
+    scanned.clear()
+    g(**data)
+    assert (1,) in scanned
+    bad = dict(data, w=np.array([np.inf]))
+    with pytest.raises(tl.TensorLangError, match="input w contains NaN or infinity"):
+        g(**bad)
+
+
 def test_an_overflowing_loss_of_finite_inputs_keeps_its_value():
     """Finite inputs whose squares overflow: the result is inf (as NumPy's),
     the witnessed inputs are scanned and found finite, no error."""
@@ -218,6 +262,33 @@ def test_random_programs_refuse_every_injected_bad_value(prog, data):
             fn(**d, **prog.sizes)
 
 
+@settings(max_examples=30, **SETTINGS)
+@given(prog=scalar_exprs(pairs=False, relations=False, max_depth=3), data=st.data())
+def test_random_gradients_refuse_every_injected_bad_value(prog, data):
+    """The gradient of a random loss in its float array inputs, compiled and
+    planned: NaN or infinity at a random position of any float input is refused,
+    whichever results the analysis took as witnesses."""
+    names = _float_inputs(prog)
+    wrt = [v for v in tl.ir.input_vars(prog.expr) if v.name in names and tl.ir.shape_of(v.type)]
+    if not wrt:
+        return
+    try:
+        g = tl.grad(prog.expr, wrt=wrt, threads=1)
+        g(**prog.inputs, **prog.sizes)
+    except tl.TensorLangError:
+        return  # a program the gradient refuses (not this test's subject)
+    g(**prog.inputs, **prog.sizes)
+    for name in names:
+        arr = prog.inputs[name]
+        pos = data.draw(st.integers(0, arr.size - 1), label=f"position in {name}")
+        bad = data.draw(st.sampled_from(BAD), label="value")
+        d = dict(prog.inputs)
+        d[name] = arr.copy()
+        d[name].flat[pos] = bad
+        with pytest.raises(tl.TensorLangError, match="NaN or infinity"):
+            g(**d, **prog.sizes)
+
+
 TERMS = ("u*f", "u*u", "[i<n-1] u", "tanh u", "u*sum_j f", "u*sum_j [j<i] f", "u[i-1]*f", "2*f")
 
 
@@ -260,8 +331,10 @@ def test_random_polynomial_losses_refuse_every_injected_bad_value(kinds, N, data
     surely = {"u*f": {"u", "f"}, "u*u": {"u"}, "2*f": {"f"}, "u*sum_j f": {"u", "f"}}
     want = set().union(*(surely.get(k, set()) for k in kinds))
     assert want <= witnessed(loss, vals)
-    if "u" in vals:
-        fns.append(tl.value_and_grad(loss, wrt=u))
+    if "u" in vals:  # and the gradients, whose array results may witness (strict.py)
+        fns += [tl.value_and_grad(loss, wrt=u), tl.grad(loss, wrt=u)]
+        if "f" in vals:
+            fns.append(tl.grad(loss, wrt=[u, f]))
     for fn in fns:
         fn(**vals)
         fn(**vals)
