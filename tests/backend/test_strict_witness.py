@@ -55,6 +55,30 @@ def deconvolution():
     return tl.sum(n, lambda i: (y[i] - z[i]) ** 2), (x, c, z)
 
 
+def _refuses_every_bad_value(fn, data: dict) -> None:
+    """NaN, +inf and -inf at every position of every input of ``data``: refused, naming the input."""
+    for name in data:
+        for pos in range(len(data[name])):
+            for bad in BAD:
+                d = {k: v.copy() for k, v in data.items()}
+                d[name][pos] = bad
+                with pytest.raises(tl.TensorLangError, match=f"input {name} contains NaN or infinity"):
+                    fn(**d)
+
+
+def _injected_bad_values_refused(fn, prog, names, data) -> None:
+    """A NaN or infinity at a drawn position of each input in ``names``: refused by ``fn``."""
+    for name in names:
+        arr = prog.inputs[name]
+        pos = data.draw(st.integers(0, arr.size - 1), label=f"position in {name}")
+        bad = data.draw(st.sampled_from(BAD), label="value")
+        d = dict(prog.inputs)
+        d[name] = arr.copy()
+        d[name].flat[pos] = bad
+        with pytest.raises(tl.TensorLangError, match="NaN or infinity"):
+            fn(**d, **prog.sizes)
+
+
 def test_which_inputs_are_witnessed():
     """Full, strict reads witness; brackets, functions, partial reads and
     products with a bracketed sum do not (module doc of strict.py)."""
@@ -148,13 +172,7 @@ def test_deconvolution_loss_refuses_bad_values_everywhere_in_x_unscanned(n, m, s
     scanned.clear()
     fn(**data)
     assert scanned == []
-    for name in ("x", "c", "z"):
-        for pos in range(len(data[name])):
-            for bad in BAD:
-                d = {k: v.copy() for k, v in data.items()}
-                d[name][pos] = bad
-                with pytest.raises(tl.TensorLangError, match=f"input {name} contains NaN or infinity"):
-                    fn(**d)
+    _refuses_every_bad_value(fn, data)
 
 
 @pytest.mark.parametrize("n,m", [(1, 1), (7, 3), (12, 5)])
@@ -174,13 +192,7 @@ def test_deconvolution_gradient_checks_its_filter_cotangent_not_its_inputs(n, m,
     scanned.clear()
     g(**data)
     assert scanned == [(m,)]
-    for name in ("x", "c", "z"):
-        for pos in range(len(data[name])):
-            for bad in BAD:
-                d = {k: v.copy() for k, v in data.items()}
-                d[name][pos] = bad
-                with pytest.raises(tl.TensorLangError, match=f"input {name} contains NaN or infinity"):
-                    g(**d)
+    _refuses_every_bad_value(g, data)
 
 
 def test_an_array_witness_larger_than_its_input_is_not_taken(scanned):
@@ -226,13 +238,7 @@ def test_value_and_grad_refuses_bad_values_of_witnessed_inputs():
     for _ in range(2):
         val, (gx, gc) = vg(**data)
         np.testing.assert_allclose(val, np.sum(r * r), rtol=1e-12)
-    for name in ("z", "x", "c"):
-        for pos in range(len(data[name])):
-            for bad in BAD:
-                d = {k: v.copy() for k, v in data.items()}
-                d[name][pos] = bad
-                with pytest.raises(tl.TensorLangError, match=f"input {name} contains NaN or infinity"):
-                    vg(**d)
+    _refuses_every_bad_value(vg, data)
 
 
 def _float_inputs(prog):
@@ -251,15 +257,7 @@ def test_random_programs_refuse_every_injected_bad_value(prog, data):
     fn = tl.compile(prog.expr, threads=1)
     fn(**prog.inputs, **prog.sizes)
     fn(**prog.inputs, **prog.sizes)
-    for name in names:
-        arr = prog.inputs[name]
-        pos = data.draw(st.integers(0, arr.size - 1), label=f"position in {name}")
-        bad = data.draw(st.sampled_from(BAD), label="value")
-        d = dict(prog.inputs)
-        d[name] = arr.copy()
-        d[name].flat[pos] = bad
-        with pytest.raises(tl.TensorLangError, match="NaN or infinity"):
-            fn(**d, **prog.sizes)
+    _injected_bad_values_refused(fn, prog, names, data)
 
 
 @settings(max_examples=30, **SETTINGS)
@@ -278,15 +276,7 @@ def test_random_gradients_refuse_every_injected_bad_value(prog, data):
     except tl.TensorLangError:
         return  # a program the gradient refuses (not this test's subject)
     g(**prog.inputs, **prog.sizes)
-    for name in names:
-        arr = prog.inputs[name]
-        pos = data.draw(st.integers(0, arr.size - 1), label=f"position in {name}")
-        bad = data.draw(st.sampled_from(BAD), label="value")
-        d = dict(prog.inputs)
-        d[name] = arr.copy()
-        d[name].flat[pos] = bad
-        with pytest.raises(tl.TensorLangError, match="NaN or infinity"):
-            g(**d, **prog.sizes)
+    _injected_bad_values_refused(g, prog, names, data)
 
 
 TERMS = ("u*f", "u*u", "[i<n-1] u", "tanh u", "u*sum_j f", "u*sum_j [j<i] f", "u[i-1]*f", "2*f")
