@@ -172,16 +172,17 @@ def witnessed(witness, res, values: dict, threads: int = 1, compiled: bool = Tru
     witness scans its input, an InputError if the input is to blame; a finite
     witness proves the input finite.  An array witness is scanned once per call,
     with the compiled scan (``compiled``) or NumPy's test (a plan's first call)."""
-    seen: dict = {}
+    arrays = None  # result index -> finite, for the array witnesses of this call
     for name, path, k in witness:
-        ok = seen.get(k)
-        if ok is None:
-            v = res[k]
-            if type(v) is not np.ndarray:
-                ok = math.isfinite(v)
-            else:
-                ok = _all_finite(v, threads) if compiled else bool(np.isfinite(v).all())
-            seen[k] = ok
+        v = res[k]
+        if type(v) is not np.ndarray:
+            ok = math.isfinite(v)
+        else:
+            if arrays is None:
+                arrays = {}
+            ok = arrays.get(k)
+            if ok is None:
+                ok = arrays[k] = _all_finite(v, threads) if compiled else bool(np.isfinite(v).all())
         if not ok:
             check_finite(values, ((name, path),))
 

@@ -27,8 +27,9 @@ part, B's below it, the common part with both points' terms, A's above it,
 B's above it.  Every element lies in one part, which adds its terms in tap
 order.  When the slab's ends move by at most one element per tap (``_step``)
 each edge part holds at most one point and is printed as a test, not a loop
-(session 18: about 0.09 s less cold compile of the deconvolution gradient).  Session 14 measured jamming by 4 with moving edges at 0.7-1.7 s more
-cold compile of the deconvolution gradient (docs/backend.md,
+(session 18: about 0.09 s less cold compile of the deconvolution gradient).
+Session 14 measured jamming by 4 with moving edges at 0.7-1.7 s more cold
+compile of the deconvolution gradient (docs/backend.md,
 "Unroll-and-jam"); by 2 it is 0.1-0.2 s.  Measured (session 17, one
 thread, same process, alternated): docs/backend.md, "Unroll-and-jam by two".
 Built from loop-IR nodes; the names statements read and write come from rw.py.
@@ -81,6 +82,8 @@ def _jammed_moving(r, fresh) -> tuple:
     al, ah, bl, bh, cl, ch = (fresh("v") for _ in range(6))
     A, B = (K.Name(al), K.Name(ah)), (K.Name(bl), K.Name(bh))
     c_lo, c_hi = K.Name(cl), K.Name(ch)
+    steps = [_step(e, r.var) for e in (h.lo, h.hi)]
+    single = None not in steps and max(steps) <= 1  # each edge part: at most one point
 
     def sweep(r1):
         later = tuple(rename(t, r.var, r1) for t in terms)
@@ -101,7 +104,6 @@ def _jammed_moving(r, fresh) -> tuple:
     def _point(lo, hi, s):
         return If(K.Cmp("<", lo, hi), (Assign(h.var, lo), s))
 
-    single = all(_step(e, r.var) is not None and _step(e, r.var) <= 1 for e in (h.lo, h.hi))
     return _pairs(r, fresh, sweep)
 
 

@@ -1,5 +1,6 @@
-"""The value conditionals' scalar built-ins as intrinsics (issue #14 item 6:
-compile latency; the functions conditionals.py registers).
+"""The value conditionals' scalar built-ins as intrinsics (paper Section 4.3:
+a kernel's scalar functions; issue #14 item 6: compile latency; the functions
+conditionals.py registers).
 
 A registered scalar function is a separate ``numba.njit`` compilation when a
 kernel module is imported (``scalars.kernel_function``: about 0.03 s each on a
@@ -10,13 +11,13 @@ each is typed and lowered here straight into the calling kernel's LLVM
 comparison and conversion code (``context.generic_compare``,
 ``context.cast``), so nothing is compiled on its own.
 
-Each is also a plain Python function whose bytecode is the registered
-implementation's (``INTRINSICS`` maps a name to it): ``kernel_function``
-takes the intrinsic only when the function registered under that name has
-the same code, constants and names, so a user's replacement
-(``register(..., replace=True)``) keeps its own compilation.  The typing is
-that of the Python function in Numba: the result type unifies the returned
-operands, the comparison is made on the compared operands' unified type.
+Each stays the plain Python function conditionals.py registers (the
+kernels' plain-Python runs call it as it is); ``kernel_function`` takes the
+intrinsic only when the function registered under that name is that very
+function, so a user's replacement (``register(..., replace=True)``) keeps
+its own compilation.  The typing is that of the Python function in Numba:
+the result type unifies the returned operands, the comparison is made on
+the compared operands' unified type.
 """
 
 from __future__ import annotations
@@ -27,29 +28,7 @@ import operator
 from numba import types
 from numba.extending import lower_builtin, type_callable
 
-
-def _maximum(a, b):
-    return a if (a > b or a != a) else b
-
-
-def _minimum(a, b):
-    return a if (a < b or a != a) else b
-
-
-def _relu(a):
-    return a if (a > 0.0 or a != a) else 0.0
-
-
-def _select_gt(a, b, e1, e2):
-    return e1 if a > b else e2
-
-
-def _select_ge(a, b, e1, e2):
-    return e1 if a >= b else e2
-
-
-def _abs(a):
-    return math.fabs(a)
+from .. import conditionals as C
 
 
 _NUMBER = (types.Float, types.Integer, types.Boolean)
@@ -128,13 +107,13 @@ def _abs_rule():
     return typer, lower
 
 
-INTRINSICS = {  # registered name -> the Python twin of its implementation, typed and lowered here
-    "maximum": (_maximum, _extremum(operator.gt), 2),
-    "minimum": (_minimum, _extremum(operator.lt), 2),
-    "relu": (_relu, _relu_rule(), 1),
-    "select_gt": (_select_gt, _select(operator.gt), 4),
-    "select_ge": (_select_ge, _select(operator.ge), 4),
-    "abs": (_abs, _abs_rule(), 1),
+INTRINSICS = {  # registered name -> (its built-in implementation, typed and lowered here, its rules, arity)
+    "maximum": (C._maximum_nb, _extremum(operator.gt), 2),
+    "minimum": (C._minimum_nb, _extremum(operator.lt), 2),
+    "relu": (C._relu_nb, _relu_rule(), 1),
+    "select_gt": (C._select_gt_nb, _select(operator.gt), 4),
+    "select_ge": (C._select_ge_nb, _select(operator.ge), 4),
+    "abs": (C._abs_nb, _abs_rule(), 1),
 }
 
 for _name, (_fn, (_typer, _lower), _arity) in INTRINSICS.items():
@@ -142,18 +121,11 @@ for _name, (_fn, (_typer, _lower), _arity) in INTRINSICS.items():
     lower_builtin(_fn, *([types.Any] * _arity))(_lower)
 
 
-def _code(f) -> tuple:
-    c = f.__code__
-    return c.co_code, c.co_consts, c.co_names, c.co_argcount
-
-
 def intrinsic_for(name: str, impl):
-    """The intrinsic standing for ``impl``, the function registered as ``name``, when
-    its code is the built-in's (module doc); else None."""
+    """The intrinsic standing for ``impl``, the function registered as ``name``, when it
+    is the built-in implementation itself (module doc); else None."""
     got = INTRINSICS.get(name)
-    if got is None or not hasattr(impl, "__code__") or getattr(impl, "__closure__", None):
-        return None
-    return got[0] if _code(got[0]) == _code(impl) else None
+    return got[0] if got is not None and got[0] is impl else None
 
 
 __all__ = ["INTRINSICS", "intrinsic_for"]
