@@ -83,6 +83,7 @@ from .offsets import hoist_offsets
 from .jam import jam_slabs
 from .short_slabs import short_slab_gathers
 from .tilefuse import tile_consumers
+from .tilechain import chain_tiles
 from .deadinit import drop_dead_inits
 from .fission import split_calls
 from .hfuse import fuse_nests
@@ -215,6 +216,8 @@ def _variant_passes(ir: KernelIR, par: bool) -> KernelIR:
             run = replace(run, body=split_scatters(run, handled))
         else:
             run = jam_slabs(short_slab_gathers(replace(ir, body=split_scatters(ir))))
+    else:
+        run = chain_tiles(run)  # serial only: chunks.py splits the tiles the chain links
     return run
 
 

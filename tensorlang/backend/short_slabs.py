@@ -49,6 +49,24 @@ against 8 and 64 (with jam.py's sweeps): m = 3 0.92x, m = 16 0.96x, m = 64
 accumulated nest, whose reads stream along it.  ``RUN_MIN`` = 1024 (one
 tile): a shorter ``r`` loop gains at most a microsecond a call.
 
+When ``D`` is a result of the kernel and the nest is the body of
+interchange's tile loop over ``D`` (``for u: [zero D's slab; the nest]``,
+the deconvolution's ``dc``), the version is taken at the top level, with
+the tiles of ``r`` outermost (session 19)::
+
+    if len(D) < SHORT and r_hi - r_lo >= RUN_MIN:
+        for u: zero D's slab
+        for tau in range(0, ceil((r_hi - r_lo) / TILE)):
+            rb = r_lo + TILE tau; re = min(r_hi, rb + TILE)
+            for u: for h in slab: (each element's dot product over the tile, as above)
+    else:
+        for u: [zero D's slab; the nest]              # as it was
+
+The same terms in the same order for every ``D[h]`` (distinct ``u`` own
+distinct elements), and ``tau`` a top-level unit-step tile loop that
+tilechain.py runs inside the tile loop producing what the dot products read
+(``dY``).  A temporary ``D`` keeps its tile loop whole, for tilefuse.py.
+
 Applies to a unit-step loop ``R`` whose body is one unit-step loop ``H``
 whose body is one store ``D[p…, h] = D[p…, h] + t₁ + …``: ``D`` an array
 the kernel allocates (or is given, pooled), ``h`` ``H``'s variable, the
@@ -109,14 +127,22 @@ def slab_nest(r, moving: bool = False):
     return h, st, terms
 
 
-def _split(r, extent, fresh) -> tuple:
+def _gather(r, extent, rb: str, re: str, acc: str) -> tuple:
+    """``(test, element)``: the size-only test of the gathers, and one element's
+    dot product over the tile ``[rb, re)`` of ``r`` added into ``D[h]``, its
+    reads' window in L1."""
     h, st, terms = slab_nest(r)
     d = st.array
-    q, rb, re, acc = fresh("v"), fresh("i"), fresh("v"), fresh("v")
     test = K.and_of([K.Cmp("<", extent, K.Int(SHORT)), K.Cmp(">=", K.IBin("-", r.hi, r.lo), K.Int(RUN_MIN))])
-    # one tile of R: each element's dot product over the tile, its reads' window in L1
     dot = Loop(r.var, K.Name(rb), K.Name(re), 1, (AccAdd(acc, K.sum_of(terms)),), "sum", lanes=LANES)
     element = (Assign(acc, K.Float(0.0)), dot, Store(d, st.index, K.FSum((K.Load(d, st.index, True), K.Name(acc)))))
+    return test, element
+
+
+def _split(r, extent, fresh) -> tuple:
+    h = r.body[0]
+    q, rb, re, acc = fresh("v"), fresh("i"), fresh("v"), fresh("v")
+    test, element = _gather(r, extent, rb, re, acc)
     tiles = Loop(rb, r.lo, r.hi, TILE, (
         Assign(re, K.MinMax("min", (r.hi, K.IBin("+", K.Name(rb), K.Int(TILE))))),
         replace(h, body=element)), r.kind)
@@ -124,6 +150,48 @@ def _split(r, extent, fresh) -> tuple:
     # fails; a size-class choice whose general side is the nest alone (size_classes.py): a
     # kernel compiled for sizes where the test fails prints no gathers
     return (Assign(q, r.lo), If(test, (tiles, Assign(q, r.hi)), general="orelse"), replace(r, lo=K.Name(q)))
+
+
+def _tile_of(u, extents, results):
+    """``(R, extent)`` when ``u`` is interchange's tile loop of a short-slab nest:
+    ``for u: [for h in [K u, ...): D[h] = 0; R]`` with ``R`` a nest this pass
+    rewrites accumulating into ``D`` over the slab (module doc, "over tiles of
+    r"), ``u``'s and ``R``'s bounds reading no name ``u``'s body assigns, and
+    ``D`` a result of the kernel; else None.  A temporary ``D`` keeps ``u``
+    whole at the top level, where tilefuse.py runs ``D``'s consumers in it."""
+    from .tilefuse import _slab  # the zeroed-slab pattern, defined once
+
+    got = _slab(u) if isinstance(u, Loop) and len(u.body) == 2 else None
+    if got is None:
+        return None
+    d, r = got[0], u.body[1]
+    nest = slab_nest(r)
+    if nest is None or nest[1].array != d or d not in extents or d not in results:
+        return None
+    inner = {x.var for x in walk_stmts(u.body) if isinstance(x, Loop)} | {u.var}
+    if names((u.lo, u.hi, r.lo, r.hi), set()) & (inner | {d}):
+        return None
+    return r, extents[d]
+
+
+def _split_tiled(u, r, extent, fresh):
+    """The nest's gathers with the tiles of ``r`` outermost (module doc): ``if
+    test: [zero every slab; for each tile of r: for u: each element's dot
+    product over the tile] else: u as it was``.  The slabs of distinct ``u``
+    are distinct elements of ``D``, so the interchange leaves every element's
+    terms and their order as ``_split`` gives them; ``r``'s tiles as a
+    unit-step loop ``τ`` (``rb = r_lo + TILE τ``), the form of a tile loop
+    that tilechain.py can run inside the producer of what the dot products read."""
+    h = r.body[0]
+    tau, rb, re, acc = fresh("i"), fresh("v"), fresh("v"), fresh("v")
+    test, element = _gather(r, extent, rb, re, acc)
+    count = K.IBin("//", K.IBin("+", K.IBin("-", r.hi, r.lo), K.Int(TILE - 1)), K.Int(TILE))
+    tiles = Loop(tau, K.Int(0), count, 1, (
+        Assign(rb, K.IBin("+", r.lo, K.IBin("*", K.Int(TILE), K.Name(tau)))),
+        Assign(re, K.MinMax("min", (r.hi, K.IBin("+", K.Name(rb), K.Int(TILE))))),
+        replace(u, body=(replace(h, body=element),))), r.kind)
+    zero = replace(u, body=(u.body[0],))
+    return (If(test, (zero, tiles), (u,), general="orelse"),)
 
 
 def _extents(ir: KernelIR) -> dict:
@@ -138,11 +206,14 @@ def _target(s, extents):
     return None if got is None else extents.get(got[1].array)
 
 
-def _walk(stmts, extents, fresh) -> tuple:
+def _walk(stmts, extents, fresh, results=()) -> tuple:
     out = []
     for s in stmts:
         extent = _target(s, extents)
-        if extent is not None:
+        tiled = _tile_of(s, extents, results)
+        if tiled is not None:
+            out.extend(_split_tiled(s, tiled[0], tiled[1], fresh))
+        elif extent is not None:
             out.extend(_split(s, extent, fresh))
         elif isinstance(s, Loop):
             out.append(replace(s, body=_walk(s.body, extents, fresh)))
@@ -158,7 +229,8 @@ def short_slab_gathers(ir: KernelIR) -> KernelIR:
     extents = _extents(ir)
     if not any(_target(s, extents) is not None for s in walk_stmts(ir.body)):
         return ir
-    return replace(ir, body=list(_walk(ir.body, extents, FreshNames(ir))))
+    # the tiled form at the top level only (tilechain.py's loops); nested nests as before
+    return replace(ir, body=list(_walk(ir.body, extents, FreshNames(ir), tuple(ir.results))))
 
 
 __all__ = ["LANES", "RUN_MIN", "SHORT", "short_slab_gathers", "slab_nest"]

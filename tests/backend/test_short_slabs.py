@@ -110,22 +110,28 @@ def test_deconv_gradient_short_slab_is_gathered_per_tile():
     assert len(tests) == 2  # one for y's nest, one for dc's
     (into_dc,) = [t for t in tests if any(isinstance(x, Store) and x.array == dc for x in walk_stmts(t.then))]
     assert not any(isinstance(x, Alloc) for x in walk_stmts(into_dc.then))  # no private copies
-    (tiles,) = [x for x in into_dc.then if isinstance(x, Loop)]
-    assert (tiles.lo, tiles.hi, tiles.step) == (before.lo, before.hi, TILE)  # tiles of the nest's own range
-    (elements,) = [x for x in tiles.body if isinstance(x, Loop)]
+    # dc is a result: its gathers run with the tiles of i outermost (a top-level loop
+    # tilechain.py can run inside dY's producer), after every slab of dc is zeroed
+    zero_slabs, tiles = into_dc.then
+    assert isinstance(zero_slabs, Loop) and dc in {x.array for x in walk_stmts([zero_slabs]) if isinstance(x, Store)}
+    assert (tiles.lo, tiles.step) == (K.Int(0), 1)  # the tile index, unit step
+    rb, re, per_slab = tiles.body
+    assert rb.value == K.IBin("+", before.lo, K.IBin("*", K.Int(TILE), K.Name(tiles.var)))
+    assert re.value == K.MinMax("min", (before.hi, K.IBin("+", K.Name(rb.target), K.Int(TILE))))
+    (elements,) = [x for x in per_slab.body if isinstance(x, Loop)]
     assert (elements.lo, elements.hi) == (before.body[0].lo, before.body[0].hi)  # each element of the slab
     zero, dot, store = elements.body
     assert isinstance(zero, Assign) and zero.value == K.Float(0.0)
     assert dot.kind == "sum" and dot.lanes == LANES and dot.step == 1 and dot.var == before.var
     assert len(dot.body) == 1 and isinstance(dot.body[0], AccAdd) and dot.body[0].target == zero.target
-    assert dot.lo == K.Name(tiles.var)  # the tile's points of i, no further than the nest's end
+    assert (dot.lo, dot.hi) == (K.Name(rb.target), K.Name(re.target))  # the tile's points of i
     assert isinstance(store, Store) and store.array == dc  # dc is written once per element and tile
     assert store.value == K.FSum((K.Load(dc, store.index, True), K.Name(zero.target)))
-    # the nest is printed once after them, from q (past every point when the gathers ran)
+    # the general side: the slab loop as it was, its nest over all of i
     # (jammed by two, jam.py: pairs of points of i, then at most one point as a test)
-    (rest,) = [s for s in walk_stmts(run.body) if isinstance(s, Loop) and s.step == 2
+    (rest,) = [s for s in walk_stmts(into_dc.orelse) if isinstance(s, Loop) and s.step == 2
                and any(isinstance(x, Store) and x.array == dc for x in walk_stmts(s.body))]
-    assert rest.var == before.var and rest.lo != before.lo
+    assert rest.var == before.var and rest.lo == before.lo
     # the parallel variant gathers too, and it prints (offsets.py, roll.py accept it)
     par = printed_ir(ir, True)
     assert any(isinstance(x, Loop) and x.lanes == LANES for x in walk_stmts(par.body))
