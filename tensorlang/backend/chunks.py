@@ -13,8 +13,9 @@ nest on its share:
 
 * **chunked loop** (``_chunk``): ``L``'s iterations write disjoint elements
   of every array they store to outside ``L`` and read no element another
-  iteration writes (isl, on the kernel-IR bounds of the loops around each
-  access: ``_disjoint``); a scalar accumulated in ``L`` (``acc += e``, not
+  iteration writes (isl, each access at its point, points.py: the bounds
+  of the loops and the conditions around it, affine scalars assigned
+  before it: ``_disjoint``); a scalar accumulated in ``L`` (``acc += e``, not
   otherwise read there) gets one partial sum per chunk, chunk 0's starting
   from ``acc`` and the others from 0, added in chunk order after the loop;
   an array allocated uninitialised just before ``L`` and touched nowhere
@@ -57,11 +58,11 @@ from functools import lru_cache
 from ..isl_bridge import isl
 
 from . import kir as K
-from .astgen import isl_text
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
+from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
 from .parallel_split import THREADS_ARG, _accumulation, _iteration_work, _rename_acc
 from .rw import _status, dead_after, names, reads_writes
-from .tilefuse import _params, _uses
+from .points import accesses_of
+from .tilefuse import _params
 
 # a loop is chunked when it runs at least this many iterations per thread (a
 # chunk of contiguous iterations is then at most 1 + 1/CHUNK_MIN of the
@@ -156,53 +157,26 @@ def _carried(body, written: set) -> bool:
 # -- isl: iterations of L touch disjoint elements --------------------------------
 
 
-def _copy(index, path, loop: Loop, tag: str, assigned: set):
-    """``(index texts, constraints)`` of one access in iteration ``loop.var + tag``,
-    every loop variable renamed with ``tag``; None when not affine or naming a
-    scalar the loop assigns."""
-    vars_ = [loop.var] + [p.var for p in path]
-    if len(set(vars_)) != len(vars_):
-        return None
-    ren = {v: v + tag for v in vars_}
-
-    def text(e):
-        e = K.substitute(e, {v: K.Name(w) for v, w in ren.items()})
-        got = names(e, set())
-        if {n for n in got if n not in ren.values()} & assigned:
-            return None
-        return isl_text(e, got)
-
-    ix = [text(i) for i in index]
-    if None in ix:
-        return None
-    cons = []
-    for lp in (loop,) + tuple(path):
-        lo, hi = text(lp.lo), text(lp.hi)
-        if lo is None or hi is None:
-            continue  # no fact about this variable: it ranges over everything
-        cons.append(f"{lo} <= {ren[lp.var]} < {hi}")
-    return ix, cons, [ren[v] for v in vars_]
-
-
-def _disjoint(loop: Loop, array: str, assigned: set) -> bool:
+def _disjoint(loop: Loop, array: str) -> bool:
     """isl: no element of ``array`` stored in one iteration of ``loop`` is
-    accessed (read or stored) in another."""
-    stores = [(ix, p) for a, ix, p in _stores(loop.body, (), []) if a == array]
-    uses = _uses(loop.body, array, (), [])
-    for ix1, p1 in stores:
-        a = _copy(ix1, p1, loop, "_a", assigned)
-        if a is None:
-            return False
-        for ix2, p2 in uses:
-            b = _copy(ix2, p2, loop, "_b", assigned)
-            if b is None or len(a[0]) != len(b[0]):
+    accessed (read or stored) in another, each access at its point (points.py;
+    a name the loop reads and never assigns has one value throughout)."""
+    reads, writes = reads_writes([loop])
+    params = reads - writes
+    stores = accesses_of(loop, array, "write", "a", params)
+    loads = accesses_of(loop, array, "read", "b", params)
+    again = accesses_of(loop, array, "write", "b", params)
+    if stores is None or loads is None or again is None:
+        return False
+    (adims, aws), (bdims, brs), (_, bws) = stores, loads, again  # one walk order: the same b dimensions
+    dims = adims + bdims
+    for aix, af in aws:
+        for bix, bf in brs + bws:
+            if len(aix) != len(bix):
                 return False
-            eq = [f"{x} = {y}" for x, y in zip(a[0], b[0])]
-            texts = a[1] + b[1] + eq + a[0] + b[0]
-            dims = a[2] + b[2]
-            par = _params(texts, set(dims))
-            body = " and ".join(a[1] + b[1] + eq + [f"{loop.var}_a != {loop.var}_b"])
-            if not _empty(f"[{par}] -> {{ [{', '.join(dims)}] : {body} }}"):
+            cons = af + bf + [f"{x} = {y}" for x, y in zip(aix, bix)] + [f"{adims[0]} != {bdims[0]}"]
+            par = _params(cons, set(dims))
+            if not _empty(f"[{par}] -> {{ [{', '.join(dims)}] : {' and '.join(f'({c})' for c in cons)} }}"):
                 return False
     return True
 
@@ -250,10 +224,9 @@ def _chunkable(loop: Loop, top: list, pos: int, after: tuple, results: set, allo
                     [t for t in others if t is not s])[1]:
                 private.append(s)
         k -= 1
-    assigned = {s.target for s in stmts if isinstance(s, (Assign, AccAdd))}
     sums = []  # arrays only accumulated into (column sums, colsum.py): per-chunk copies
     for a in sorted(stored - {p.name for p in private}):
-        if _disjoint(loop, a, assigned):
+        if _disjoint(loop, a):
             continue
         if a in allocs and _only_accumulated(stmts, a):
             sums.append(a)

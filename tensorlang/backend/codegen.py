@@ -211,7 +211,9 @@ def _variant_passes(ir: KernelIR, par: bool) -> KernelIR:
         # the serial kernel's loop nests in per-thread chunks (chunks.py); the other top-level
         # scatters in per-thread copies (parallel_split.py); a kernel with no loop chunks.py
         # takes keeps the earlier parallel variant: scatters split first, short slabs in copies
-        run, handled = chunk_loops(run)
+        # loops reading only their own tile of what an earlier loop writes run in it
+        # (tilechain.py), whose tiles chunks.py still splits
+        run, handled = chunk_loops(chain_tiles(run, same_tile=True))
         if handled:
             run = replace(run, body=split_scatters(run, handled))
         else:

@@ -48,15 +48,23 @@ Legality (each checked; otherwise the kernel is left as it is):
   size class where the test fails prints ``T`` and ``G`` alone;
 * the statements between ``T`` and ``L`` are allocations or assignments
   independent of ``T`` (they move before the fused loop: ``dx``'s
-  allocation), or independent of ``L`` (they stay after it).
+  allocation), or independent of ``L``'s statement (they stay after it: in
+  the parallel variant, ``dx``'s loop between ``T`` and ``dc``'s).
 
 Every value is the unfused kernel's: the fused loop runs each of ``T``'s and
 ``L``'s iterations once, in their own order, with ``L``'s tile ``u`` after
-every write to what it reads; no reduction changes order.  A pass of the
-serial variant only (codegen ``_variant_passes``): the parallel variant
-splits ``T`` and ``L`` into per-thread chunks of tiles (chunks.py), which a
-dependence from tile ``u - 1`` to tile ``u`` forbids.  Built from loop-IR
-nodes; reads and writes from rw.py, the proof by isl.
+every write to what it reads; no reduction changes order.  The parallel
+variant (codegen ``_variant_passes``) takes only loops whose tile ``u``
+reads what ``T``'s tile ``u`` alone wrote (``same_tile``: no ``t != u``
+instead of no ``t > u``), before chunks.py splits the fused loop into
+per-thread chunks of tiles, which a dependence from tile ``u - 1`` to tile
+``u`` would forbid: the deconvolution's ``dc`` joins ``dY``'s producer
+there, ``dx`` (a halo from the tile before) stays a chunked loop of its
+own.  Statements that move in front of the fused loop go before the
+allocations and assignments right before ``T``, so that its tile buffer
+stays next to it (chunks.py allocates such a buffer per chunk).  Each
+access is taken at its point by points.py.  Built from loop-IR nodes;
+reads and writes from rw.py, the proof by isl.
 """
 
 from __future__ import annotations
@@ -66,126 +74,18 @@ from dataclasses import replace
 from ..isl_bridge import isl
 
 from . import kir as K
-from .astgen import isl_text
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
 from .hfuse import _lanes
-from .size_classes import _sizes
+from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, walk_stmts
+from .points import accesses_of
 from .rw import dead_after, has_break, independent, names, reads_writes, rename
-from .tilefuse import _PLAIN, _accesses, _params
+from .size_classes import _sizes
+from .tilefuse import _PLAIN, _params
 
-_NEG = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!="}
-
-
-# -- accesses at their points ------------------------------------------------------
-
-
-class _Walk:
-    """The accesses of one array in one loop, each with its point's facts.
-
-    ``env`` maps a name to the affine kernel-IR expression it holds there, in
-    the free names: loop variables (renamed apart: ``<side><k>``, so that the
-    reading and the writing loop's variables are distinct isl dimensions) and
-    the kernel's arguments (sizes, which no statement assigns)."""
-
-    def __init__(self, side: str, array: str, want: str, params: set):
-        self.side, self.array, self.want, self.params = side, array, want, params
-        self.dims: list = []
-        self.found: list = []  # (index texts, fact texts)
-        self.ok = True
-
-    def _text(self, e, env):
-        e = K.substitute(e, env)
-        return isl_text(e, set(self.dims) | self.params)
-
-    def _fact(self, cond, env, negate=False):
-        """isl text of a condition that holds, or None (no fact)."""
-        if isinstance(cond, K.Cmp) and cond.op in _NEG:
-            a, b = self._text(cond.lhs, env), self._text(cond.rhs, env)
-            if a is None or b is None:
-                return None
-            op = _NEG[cond.op] if negate else cond.op
-            return f"{a} {'=' if op == '==' else op} {b}" if op != "!=" else f"({a} < {b} or {a} > {b})"
-        if isinstance(cond, K.BoolOp) and cond.op == "and" and not negate:
-            parts = [self._fact(c, env) for c in cond.args]
-            return " and ".join(f"({p})" for p in parts if p is not None) or None
-        return None
-
-    def _record(self, e, env, facts):
-        if self.want != "read":
-            return
-        for ix in _accesses(e, self.array, []):
-            got = [self._text(i, env) for i in ix]
-            if None in got:
-                self.ok = False
-                return
-            self.found.append((got, list(facts)))
-
-    def stmts(self, stmts, env: dict, facts: list) -> dict:
-        env = dict(env)
-        for s in stmts:
-            if not self.ok:
-                return env
-            if isinstance(s, Loop):
-                self._record((s.lo, s.hi), env, facts)
-                inner = {n for n in reads_writes(s.body)[1]} | {s.var}
-                lo, hi = self._text(s.lo, env), self._text(s.hi, env)
-                body_env = {k: v for k, v in env.items() if k not in inner}
-                alias = f"{self.side}_{len(self.dims)}"
-                self.dims.append(alias)
-                body_env[s.var] = K.Name(alias)
-                more = []
-                if lo is not None and hi is not None:
-                    more = [f"{lo} <= {alias} < {hi}"]
-                    if s.step != 1:  # lo, lo + step, ...: one more dimension counts the steps
-                        k = f"{self.side}_{len(self.dims)}"
-                        self.dims.append(k)
-                        more.append(f"{k} >= 0 and {alias} = {lo} + {s.step} * {k}")
-                self.stmts(s.body, body_env, facts + more)
-                env = {k: v for k, v in env.items() if k not in inner}
-            elif isinstance(s, If):
-                self._record(s.cond, env, facts)
-                yes, no = self._fact(s.cond, env), self._fact(s.cond, env, negate=True)
-                self.stmts(s.then, env, facts + ([yes] if yes else []))
-                self.stmts(s.orelse, env, facts + ([no] if no else []))
-                assigned = reads_writes(list(s.then) + list(s.orelse))[1]
-                env = {k: v for k, v in env.items() if k not in assigned}
-            elif isinstance(s, Assign):
-                self._record(s.value, env, facts)
-                v = K.substitute(s.value, env)
-                env.pop(s.target, None)
-                if isl_text(v, set(self.dims) | self.params) is not None:
-                    env[s.target] = v
-            elif isinstance(s, AccAdd):
-                self._record(s.value, env, facts)
-                env.pop(s.target, None)
-            elif isinstance(s, Store):
-                self._record((s.index, s.value), env, facts)
-                if self.want == "write" and s.array == self.array:
-                    got = [self._text(i, env) for i in s.index]
-                    if None in got:
-                        self.ok = False
-                        return env
-                    self.found.append((got, list(facts)))
-            elif isinstance(s, Alloc):
-                self._record(s.shape, env, facts)
-            elif not isinstance(s, Break):
-                self.ok = False
-        return env
-
-
-def _accesses_of(loop: Loop, array: str, want: str, side: str, params: set):
-    """``(the isl dimensions, [(index texts, facts)])``, the loop's own variable
-    first, or None when an access is not provable."""
-    w = _Walk(side, array, want, params)
-    w.stmts([loop], {}, [])
-    return (w.dims, w.found) if w.ok else None
-
-
-def _no_later_write(t_loop: Loop, l_loop: Loop, array: str, params: set) -> bool:
+def _no_later_write(t_loop: Loop, l_loop: Loop, array: str, params: set, same_tile: bool = False) -> bool:
     """isl: no iteration ``u`` of ``l_loop`` reads an element of ``array`` that an
-    iteration ``t > u`` of ``t_loop`` writes."""
-    reads = _accesses_of(l_loop, array, "read", "rd", params)
-    writes = _accesses_of(t_loop, array, "write", "wr", params)
+    iteration ``t > u`` of ``t_loop`` writes (``same_tile``: ``t != u``)."""
+    reads = accesses_of(l_loop, array, "read", "rd", params)
+    writes = accesses_of(t_loop, array, "write", "wr", params)
     if reads is None or writes is None:
         return False
     (rdims, rs), (wdims, ws) = reads, writes
@@ -195,7 +95,8 @@ def _no_later_write(t_loop: Loop, l_loop: Loop, array: str, params: set) -> bool
             if len(rix) != len(wix):
                 return False
             eqs = [f"{a} = {b}" for a, b in zip(rix, wix)]
-            cons = rf + wf + eqs + [f"{wdims[0]} > {rdims[0]}"]
+            other = f"{wdims[0]} != {rdims[0]}" if same_tile else f"{wdims[0]} > {rdims[0]}"
+            cons = rf + wf + eqs + [other]
             par = _params(cons, set(dims))
             text = f"[{par}] -> {{ [{', '.join(dims)}] : {' and '.join(f'({c})' for c in cons)} }}"
             if not isl.Set(text).is_empty():
@@ -206,7 +107,7 @@ def _no_later_write(t_loop: Loop, l_loop: Loop, array: str, params: set) -> bool
 # -- the pattern -------------------------------------------------------------------
 
 
-def _fusable(t_loop, l_loop, ir: KernelIR, rest) -> bool:
+def _fusable(t_loop, l_loop, ir: KernelIR, rest, same_tile: bool) -> bool:
     for lp in (t_loop, l_loop):
         if not (isinstance(lp, Loop) and lp.step == 1 and not lp.parallel and lp.body) or _lanes(lp):
             return False  # a lone ``acc += e`` loop would lose codegen's lanes inside an ``if``
@@ -230,7 +131,7 @@ def _fusable(t_loop, l_loop, ir: KernelIR, rest) -> bool:
     params = set(ir.args) - {s.target for s in walk_stmts(ir.body) if isinstance(s, (Assign, AccAdd))}
     if names((t_loop.lo, t_loop.hi, l_loop.lo, l_loop.hi), set()) - params:
         return False
-    if not all(_no_later_write(t_loop, l_loop, a, params) for a in sorted(shared)):
+    if not all(_no_later_write(t_loop, l_loop, a, params, same_tile) for a in sorted(shared)):
         return False
     return dead_after(t_loop.var, rest) and dead_after(l_loop.var, rest) \
         and t_loop.var not in ir.results and l_loop.var not in ir.results
@@ -264,7 +165,7 @@ def _chained(lp: Loop) -> bool:
     return all(guarded(s) for s in lp.body)
 
 
-def _fuse_at(body: list, k: int, ir: KernelIR):
+def _fuse_at(body: list, k: int, ir: KernelIR, same_tile: bool):
     """``body`` with the loop ``body[k]`` and a later top-level loop (or the loop
     of a later version choice, ``_version``) fused, or None: the first such
     loop that fuses, the statements between moving before the fused loop or
@@ -274,13 +175,13 @@ def _fuse_at(body: list, k: int, ir: KernelIR):
         return None
     sizes = set(_sizes(ir))
     for j in range(k + 1, len(body)):
-        got = _fuse_with(body, k, j, ir, sizes)
+        got = _fuse_with(body, k, j, ir, sizes, same_tile)
         if got is not None:
             return got
     return None
 
 
-def _fuse_with(body: list, k: int, j: int, ir: KernelIR, sizes: set):
+def _fuse_with(body: list, k: int, j: int, ir: KernelIR, sizes: set, same_tile: bool):
     t_loop = body[k]
     version = _version(body[j], sizes)
     if version is None and not isinstance(body[j], Loop):
@@ -298,7 +199,7 @@ def _fuse_with(body: list, k: int, j: int, ir: KernelIR, sizes: set):
             stay.append(i)
         else:
             return None
-    if not _fusable(t_loop, l_loop, ir, body[j + 1:]):
+    if not _fusable(t_loop, l_loop, ir, body[j + 1:], same_tile):
         return None
     t = K.Name(t_loop.var)
     l_part = If(K.Cmp("<", t, l_loop.hi), rename(l_loop.body, l_loop.var, t_loop.var))
@@ -315,18 +216,25 @@ def _fuse_with(body: list, k: int, j: int, ir: KernelIR, sizes: set):
     else:
         t_part, his = (If(K.Cmp("<", t, t_loop.hi), t_loop.body),), (t_loop.hi,)
     fused = Loop(t_loop.var, t_loop.lo, K.MinMax("max", his + (l_loop.hi,)), 1, t_part + (l_part,), t_loop.kind)
-    return body[:k] + hoisted + before + [fused] + after + [body[i] for i in stay] + body[j + 1:]
+    # what moves in front goes before the allocations and assignments right before T, so
+    # that T's tile buffer stays next to the loop (chunks.py allocates it per chunk)
+    moved, k0 = hoisted + before, k
+    while k0 > 0 and isinstance(body[k0 - 1], (Alloc, Assign)) and independent([body[k0 - 1]], moved):
+        k0 -= 1
+    return body[:k0] + moved + body[k0:k] + [fused] + after + [body[i] for i in stay] + body[j + 1:]
 
 
-def chain_tiles(ir: KernelIR) -> KernelIR:
-    """Signature: chain_tiles : KernelIR -> KernelIR (module doc)."""
+def chain_tiles(ir: KernelIR, same_tile: bool = False) -> KernelIR:
+    """Signature: chain_tiles : KernelIR -> KernelIR (module doc).  ``same_tile``:
+    only a loop whose tile ``u`` reads what the earlier loop's tile ``u`` alone
+    wrote (the parallel variant's: chunks.py then splits the fused loop)."""
     if sum(isinstance(s, Loop) for s in ir.body) < 2:
         return ir
     body = list(ir.body)
     changed = False
     k = 0
     while k < len(body):
-        got = _fuse_at(body, k, ir)
+        got = _fuse_at(body, k, ir, same_tile)
         if got is not None:
             body, changed = got, True
             continue  # the fused loop may take the next one too

@@ -6,8 +6,9 @@ short_slabs.py's gathers over tiles of ``r`` as a top-level loop).
 Structure: the deconvolution gradient's serial loop IR has one top-level
 loop that writes ``dY = 2 (y - z)`` and every loop that reads it (``dx``'s
 gather and ``dc``'s dot products, the latter as a size-class version whose
-general side is the unfused nest); the parallel variant keeps its chunked
-loops (chunks.py splits the tiles the chain links).  Values: the gradient
+general side is the unfused nest); the parallel variant takes ``dc``'s dot
+products into the chunked loop that writes ``dY`` and leaves ``dx``'s
+gather (a halo from the tile before) a loop of its own.  Values: the gradient
 bitwise as compiled without the two changes, and against NumPy, at sizes
 around the tile boundary, below ``RUN_MIN`` and at ``m >= SHORT`` (the
 general side).  Legality on hand-built loop IR: a read of a later tile, a
@@ -25,7 +26,7 @@ from tensorlang.backend import api, codegen, short_slabs
 from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.interchange import TILE
-from tensorlang.backend.loopir import Alloc, Assign, If, KernelIR, Loop, Store
+from tensorlang.backend.loopir import Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
 from tensorlang.backend.tilechain import chain_tiles
 from tests.backend.test_tile_consumers import _data, _deconv, _loaded, _stored
 
@@ -59,11 +60,19 @@ def test_gradient_serial_kernel_reads_dy_in_the_loop_that_writes_it():
     assert parts[2].cond == readers[0].cond  # one test, decided alike by a size class
 
 
-def test_parallel_variant_is_not_chained():
+def test_parallel_variant_chains_only_same_tile_reads():
     ir, dy = _gradient_ir()
     par = printed_ir(ir, True)
-    loops = [s for s in par.body if isinstance(s, (Loop, If)) and dy in _loaded([s])]
-    assert len(loops) >= 2  # dx's and dc's loops apart from the tile loop, each in per-thread chunks
+    tops = [s for s in par.body if isinstance(s, (Loop, If))]
+    # dx (a halo from the tile before) is a loop of its own; dc's dot products run in the
+    # chunked loop that writes dY (per-thread chunks of tiles: a prange over the chunks)
+    writers = [s for s in tops if dy in _stored([s])]
+    assert len(writers) == 1
+    assert any(isinstance(x, Loop) and x.parallel for x in walk_stmts([writers[0]]))
+    (dc,) = [r for r in ir.results if r != ir.results[0]]
+    assert dc in _stored([writers[0]])
+    dx = ir.results[0]
+    assert dx not in _stored([writers[0]])
 
 
 @pytest.mark.parametrize("n,m", [(1, 1), (3, 10), (TILE - 1, 3), (TILE, 3), (TILE + 1, 3), (2 * TILE + 3, 16),

@@ -1,0 +1,132 @@
+"""Each access of an array in a loop nest, at its point (paper Section 4.3:
+the iteration domains of the lowering; issue #13, the loop passes that
+move iterations: tilechain.py's tiles in a chain, chunks.py's per-thread
+chunks).
+
+A pass that reorders iterations asks isl whether two accesses can touch the
+same element.  Each access's index is taken in the loop variables around
+it, with the facts that hold there: the bounds of the loops around it
+(each loop variable one isl dimension, a stepped loop's steps one more),
+the conditions of the ``if``\\ s around it, and a scalar assigned an affine
+value earlier in the same block standing for that value (jam.py's and
+separate.py's ``i6 = v8``, ``v8 = max(1024 u, m - i5 - 1)``).  An index
+that reads any other name is not taken (the walk fails: the pass proves
+nothing); a bound or a condition that does gives no fact, and so a larger
+set to prove empty.  Built from loop-IR nodes; texts for isl by astgen.py.
+"""
+
+from __future__ import annotations
+
+from . import kir as K
+from .astgen import isl_text
+from .loopir import AccAdd, Alloc, Assign, Break, If, Loop, Store
+from .rw import reads_writes
+from .tilefuse import _accesses
+
+_NEG = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!="}
+
+
+class _Walk:
+    """The accesses of one array in one loop, each with its point's facts.
+
+    ``env`` maps a name to the affine kernel-IR expression it holds there, in
+    the free names: loop variables (renamed apart: ``<side><k>``, so that the
+    reading and the writing loop's variables are distinct isl dimensions) and
+    ``params``, names whose value is the same at every access (the kernel's
+    size arguments, or what the loop reads and never assigns)."""
+
+    def __init__(self, side: str, array: str, want: str, params: set):
+        self.side, self.array, self.want, self.params = side, array, want, params
+        self.dims: list = []
+        self.found: list = []  # (index texts, fact texts)
+        self.ok = True
+
+    def _text(self, e, env):
+        e = K.substitute(e, env)
+        return isl_text(e, set(self.dims) | self.params)
+
+    def _fact(self, cond, env, negate=False):
+        """isl text of a condition that holds, or None (no fact)."""
+        if isinstance(cond, K.Cmp) and cond.op in _NEG:
+            a, b = self._text(cond.lhs, env), self._text(cond.rhs, env)
+            if a is None or b is None:
+                return None
+            op = _NEG[cond.op] if negate else cond.op
+            return f"{a} {'=' if op == '==' else op} {b}" if op != "!=" else f"({a} < {b} or {a} > {b})"
+        if isinstance(cond, K.BoolOp) and cond.op == "and" and not negate:
+            parts = [self._fact(c, env) for c in cond.args]
+            return " and ".join(f"({p})" for p in parts if p is not None) or None
+        return None
+
+    def _record(self, e, env, facts):
+        if self.want != "read":
+            return
+        for ix in _accesses(e, self.array, []):
+            got = [self._text(i, env) for i in ix]
+            if None in got:
+                self.ok = False
+                return
+            self.found.append((got, list(facts)))
+
+    def stmts(self, stmts, env: dict, facts: list) -> dict:
+        env = dict(env)
+        for s in stmts:
+            if not self.ok:
+                return env
+            if isinstance(s, Loop):
+                self._record((s.lo, s.hi), env, facts)
+                inner = {n for n in reads_writes(s.body)[1]} | {s.var}
+                lo, hi = self._text(s.lo, env), self._text(s.hi, env)
+                body_env = {k: v for k, v in env.items() if k not in inner}
+                alias = f"{self.side}_{len(self.dims)}"
+                self.dims.append(alias)
+                body_env[s.var] = K.Name(alias)
+                more = []
+                if lo is not None and hi is not None:
+                    more = [f"{lo} <= {alias} < {hi}"]
+                    if s.step != 1:  # lo, lo + step, ...: one more dimension counts the steps
+                        k = f"{self.side}_{len(self.dims)}"
+                        self.dims.append(k)
+                        more.append(f"{k} >= 0 and {alias} = {lo} + {s.step} * {k}")
+                self.stmts(s.body, body_env, facts + more)
+                env = {k: v for k, v in env.items() if k not in inner}
+            elif isinstance(s, If):
+                self._record(s.cond, env, facts)
+                yes, no = self._fact(s.cond, env), self._fact(s.cond, env, negate=True)
+                self.stmts(s.then, env, facts + ([yes] if yes else []))
+                self.stmts(s.orelse, env, facts + ([no] if no else []))
+                assigned = reads_writes(list(s.then) + list(s.orelse))[1]
+                env = {k: v for k, v in env.items() if k not in assigned}
+            elif isinstance(s, Assign):
+                self._record(s.value, env, facts)
+                v = K.substitute(s.value, env)
+                env.pop(s.target, None)
+                if isl_text(v, set(self.dims) | self.params) is not None:
+                    env[s.target] = v
+            elif isinstance(s, AccAdd):
+                self._record(s.value, env, facts)
+                env.pop(s.target, None)
+            elif isinstance(s, Store):
+                self._record((s.index, s.value), env, facts)
+                if self.want == "write" and s.array == self.array:
+                    got = [self._text(i, env) for i in s.index]
+                    if None in got:
+                        self.ok = False
+                        return env
+                    self.found.append((got, list(facts)))
+            elif isinstance(s, Alloc):
+                self._record(s.shape, env, facts)
+            elif not isinstance(s, Break):
+                self.ok = False
+        return env
+
+
+def accesses_of(loop: Loop, array: str, want: str, side: str, params: set):
+    """``(the isl dimensions, [(index texts, facts)])``, the loop's own variable
+    first, or None when an access is not provable."""
+    w = _Walk(side, array, want, params)
+    w.stmts([loop], {}, [])
+    return (w.dims, w.found) if w.ok else None
+
+
+__all__ = ["accesses_of"]
