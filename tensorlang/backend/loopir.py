@@ -181,6 +181,23 @@ def map_outer_loops(stmts, fn) -> tuple:
     return tuple(out)
 
 
+def rewrite_top(ir, fn, again: bool = False):
+    """``ir`` with its top-level statements rewritten at each position ``k`` in
+    turn by ``fn(body, k)`` (the new statement list, or None to move on);
+    ``again``: after a rewrite, ``fn`` is tried at ``k`` once more (a fused
+    loop may take the next one too).  The driver of the top-level loop
+    fusions (tilefuse.py, tilechain.py)."""
+    body, changed, k = list(ir.body), False, 0
+    while k < len(body):
+        got = fn(body, k)
+        if got is not None:
+            body, changed = got, True
+            if again:
+                continue
+        k += 1
+    return replace(ir, body=body) if changed else ir
+
+
 def out_buffer_ir(ir, leaves):
     """``(ir', buffer names, copied)``: ``ir`` with the array results at the
     positions ``leaves`` written into caller-given buffers (pooled

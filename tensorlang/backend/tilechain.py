@@ -69,13 +69,11 @@ reads and writes from rw.py, the proof by isl.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..isl_bridge import isl
 
 from . import kir as K
 from .hfuse import _lanes
-from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, walk_stmts
+from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, rewrite_top, walk_stmts
 from .points import accesses_of
 from .rw import dead_after, has_break, independent, names, reads_writes, rename
 from .size_classes import _sizes
@@ -230,16 +228,7 @@ def chain_tiles(ir: KernelIR, same_tile: bool = False) -> KernelIR:
     wrote (the parallel variant's: chunks.py then splits the fused loop)."""
     if sum(isinstance(s, Loop) for s in ir.body) < 2:
         return ir
-    body = list(ir.body)
-    changed = False
-    k = 0
-    while k < len(body):
-        got = _fuse_at(body, k, ir, same_tile)
-        if got is not None:
-            body, changed = got, True
-            continue  # the fused loop may take the next one too
-        k += 1
-    return replace(ir, body=body) if changed else ir
+    return rewrite_top(ir, lambda body, k: _fuse_at(body, k, ir, same_tile), again=True)
 
 
 __all__ = ["chain_tiles"]

@@ -80,7 +80,7 @@ from ..isl_bridge import isl
 
 from . import kir as K
 from .astgen import isl_text
-from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, map_stmts, walk_stmts
+from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, map_stmts, rewrite_top, walk_stmts
 from .roll import LANES
 from .rw import FreshNames, dead_after, has_break, independent, names, reads_writes
 
@@ -422,16 +422,8 @@ def tile_consumers(ir: KernelIR) -> KernelIR:
     """Signature: tile_consumers : KernelIR -> KernelIR (module doc)."""
     if not any(_slab(s) is not None for s in ir.body):
         return ir
-    body = list(ir.body)
     fresh = FreshNames(ir)
-    changed = False
-    k = 0
-    while k < len(body):
-        got = _fuse_at(body, k, ir, fresh)
-        if got is not None:
-            body, changed = got, True
-        k += 1
-    return replace(ir, body=body) if changed else ir
+    return rewrite_top(ir, lambda body, k: _fuse_at(body, k, ir, fresh))
 
 
 __all__ = ["tile_consumers"]
