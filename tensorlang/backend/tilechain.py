@@ -74,16 +74,28 @@ from ..isl_bridge import isl
 from . import kir as K
 from .hfuse import _lanes
 from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, rewrite_top, walk_stmts
-from .points import accesses_of
+from .points import accesses_of, in_tiles, tile_sizes
 from .rw import dead_after, has_break, independent, names, reads_writes, rename
 from .size_classes import _sizes
 from .tilefuse import _PLAIN, _params
 
 def _no_later_write(t_loop: Loop, l_loop: Loop, array: str, params: set, same_tile: bool = False) -> bool:
     """isl: no iteration ``u`` of ``l_loop`` reads an element of ``array`` that an
-    iteration ``t > u`` of ``t_loop`` writes (``same_tile``: ``t != u``)."""
-    reads = accesses_of(l_loop, array, "read", "rd", params)
-    writes = accesses_of(t_loop, array, "write", "wr", params)
+    iteration ``t > u`` of ``t_loop`` writes (``same_tile``: ``t != u``): by
+    tiles, every read of tile ``u`` below ``K u + K`` and every write of tile
+    ``t`` at or above ``K t`` (with ``same_tile`` each inside its own tile),
+    for a tile size ``K`` of either loop, each access at its point; else
+    pairwise, with the loop bounds alone (points.py)."""
+    for k in sorted(set(tile_sizes(t_loop)) | set(tile_sizes(l_loop)), reverse=True):
+        if in_tiles(l_loop, array, "read", params, k, same_tile, True) and \
+                in_tiles(t_loop, array, "write", params, k, True, same_tile):
+            return True
+    return _no_later_by(t_loop, l_loop, array, params, same_tile, False)
+
+
+def _no_later_by(t_loop, l_loop, array, params, same_tile, precise) -> bool:
+    reads = accesses_of(l_loop, array, "read", "rd", params, precise)
+    writes = accesses_of(t_loop, array, "write", "wr", params, precise)
     if reads is None or writes is None:
         return False
     (rdims, rs), (wdims, ws) = reads, writes
@@ -125,10 +137,13 @@ def _fusable(t_loop, l_loop, ir: KernelIR, rest, same_tile: bool) -> bool:
         return False  # a scalar T leaves for L
     if not shared:
         return False  # nothing to reuse: independent nests are hfuse.py's, which keeps lanes
-    # the arguments no statement assigns: the same value at every access
-    params = set(ir.args) - {s.target for s in walk_stmts(ir.body) if isinstance(s, (Assign, AccAdd))}
-    if names((t_loop.lo, t_loop.hi, l_loop.lo, l_loop.hi), set()) - params:
+    sizes = set(ir.args) - {s.target for s in walk_stmts(ir.body) if isinstance(s, (Assign, AccAdd))}
+    if names((t_loop.lo, t_loop.hi, l_loop.lo, l_loop.hi), set()) - sizes:
         return False
+    # what neither loop assigns has one value at every access of both: a statement between
+    # them that assigns it moves before T only if T does not read it, and stays after L
+    # only if L does not (_fuse_with)
+    params = (rt | rl) - (wt | wl)
     if not all(_no_later_write(t_loop, l_loop, a, params, same_tile) for a in sorted(shared)):
         return False
     return dead_after(t_loop.var, rest) and dead_after(l_loop.var, rest) \
