@@ -165,8 +165,7 @@ def _own_tiles(loop: Loop, array: str) -> bool:
     one set per access took 0.2 s)."""
     reads, writes = reads_writes([loop])
     params = reads - writes
-    return any(in_tiles(loop, array, "write", params, k, True, True) and
-               in_tiles(loop, array, "read", params, k, True, True) for k in tile_sizes(loop))
+    return any(in_tiles(loop, array, "any", params, k, True, True) for k in tile_sizes(loop))
 
 
 def _disjoint(loop: Loop, array: str) -> bool:

@@ -64,7 +64,7 @@ class _Walk:
         return None
 
     def _record(self, e, env, facts):
-        if self.want != "read":
+        if self.want == "write":
             return
         for ix in _accesses(e, self.array, []):
             got = [self._text(i, env) for i in ix]
@@ -114,7 +114,7 @@ class _Walk:
                 env.pop(s.target, None)
             elif isinstance(s, Store):
                 self._record((s.index, s.value), env, facts)
-                if self.want == "write" and s.array == self.array:
+                if self.want != "read" and s.array == self.array:
                     got = [self._text(i, env) for i in s.index]
                     if None in got:
                         self.ok = False
@@ -166,7 +166,7 @@ def tile_sizes(loop: Loop) -> list:
 
 
 def in_tiles(loop: Loop, array: str, want: str, params: set, k: int, low: bool, high: bool) -> bool:
-    """isl: every access of ``array`` (``want``: "read" or "write") in iteration
+    """isl: every access of ``array`` (``want``: "read", "write" or "any") in iteration
     ``u`` of ``loop``, at its point, is one-dimensional and lies at or above
     ``k u`` (``low``) and below ``k u + k`` (``high``).  One set per access,
     where comparing two accesses' sets pairwise costs their product (a jammed
@@ -180,6 +180,7 @@ def _in_tiles(loop: Loop, array: str, want: str, params: frozenset, k: int, low:
     if got is None:
         return False
     dims, found = got
+    found = list(dict.fromkeys((tuple(ix), tuple(f)) for ix, f in found))  # an accumulation's load and store: one question
     u, space = dims[0], ", ".join(dims)
     if any(len(ix) != 1 for ix, _ in found):
         return False
