@@ -80,7 +80,7 @@ class _Walk:
                 return env
             if isinstance(s, Loop):
                 self._record((s.lo, s.hi), env, facts)
-                inner = {n for n in reads_writes(s.body)[1]} | {s.var}
+                inner = set(reads_writes(s.body)[1]) | {s.var}
                 lo, hi = self._text(s.lo, env), self._text(s.hi, env)
                 body_env = {k: v for k, v in env.items() if k not in inner}
                 alias = f"{self.side}_{len(self.dims)}"

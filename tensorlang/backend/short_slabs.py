@@ -95,6 +95,7 @@ from . import kir as K
 from .interchange import TILE
 from .loopir import AccAdd, Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
 from .rw import FreshNames, names
+from .tilefuse import _slab  # the zeroed-slab pattern, defined once
 
 LANES = 16  # partial sums of each element's dot product over a tile (module doc)
 RUN_MIN = 1024  # points of r from which the gathers are taken (module doc)
@@ -159,8 +160,6 @@ def _tile_of(u, extents, results):
     r"), ``u``'s and ``R``'s bounds reading no name ``u``'s body assigns, and
     ``D`` a result of the kernel; else None.  A temporary ``D`` keeps ``u``
     whole at the top level, where tilefuse.py runs ``D``'s consumers in it."""
-    from .tilefuse import _slab  # the zeroed-slab pattern, defined once
-
     got = _slab(u) if isinstance(u, Loop) and len(u.body) == 2 else None
     if got is None:
         return None

@@ -21,7 +21,8 @@ distances)::
 Legality (each checked; otherwise the kernel is left as it is):
 
 * ``T`` and ``L`` are top-level unit-step loops with the same lower bound,
-  ``L`` the next top-level loop after ``T``; neither holds a statement the
+  ``L`` the first later top-level loop that fuses (one reading an array
+  ``T`` writes: the others are passed over cheaply); neither holds a statement the
   access analysis cannot see or a ``break``; their upper bounds read nothing
   either loop writes; neither variable is read after ``L``;
 * ``L`` writes no name ``T`` reads or writes, and the only names ``T`` writes
@@ -29,17 +30,16 @@ Legality (each checked; otherwise the kernel is left as it is):
   the current tile, not the last), at least one (independent nests are
   hfuse.py's); neither loop is a lone ``acc += e``, whose lanes (codegen)
   an ``if`` around it would lose;
-* isl, for each such array ``A``, each load of ``A`` in ``L`` and each store
-  to ``A`` in ``T``: no iteration ``u`` of ``L`` reads an element that an
-  iteration ``t > u`` of ``T`` writes.  So every value ``L`` reads is already
-  the one ``T`` leaves (``T`` writes it no more after tile ``u``), and ``T``
-  never reads what ``L`` writes.  Each access is taken at its point: the
-  loops around it bound their variables, the conditions of the ``if``\\ s
-  around it hold, and a scalar assigned an affine value before it in the
-  same block stands for that value (``i6 = v8``, ``v8 = max(1024 u, m - i5 -
-  1)``); an index that reads any other name is not proven, and a loop bound
-  or a condition that does gives no fact (fewer facts: a larger set to
-  prove empty);
+* isl, for each such array ``A``: no iteration ``u`` of ``L`` reads an
+  element that an iteration ``t > u`` of ``T`` writes.  So every value ``L``
+  reads is already the one ``T`` leaves (``T`` writes it no more after tile
+  ``u``), and ``T`` never reads what ``L`` writes.  Asked by tiles (every
+  read of ``L``'s tile ``u`` below ``K u + K``, every write of ``T``'s tile
+  ``t`` at or above ``K t``, ``K`` a tile size of either loop), each access
+  at its point (points.py: the loops around it bound their variables, the
+  conditions of the ``if``\\ s around it hold, a scalar assigned an affine
+  value before it stands for that value, ``i6 = v8``, ``v8 = max(1024 u,
+  m - i5 - 1)``); else pairwise, with the loop bounds alone;
 * or ``L`` is the loop ending the special side of a version choice whose
   test reads only sizes (``if test: [pre…, L] else: G``, ``G`` general,
   size_classes.py: short_slabs.py's gathers over tiles of ``r``); then
@@ -79,6 +79,7 @@ from .rw import dead_after, has_break, independent, names, reads_writes, rename
 from .size_classes import _sizes
 from .tilefuse import _PLAIN, _params
 
+
 def _no_later_write(t_loop: Loop, l_loop: Loop, array: str, params: set, same_tile: bool = False) -> bool:
     """isl: no iteration ``u`` of ``l_loop`` reads an element of ``array`` that an
     iteration ``t > u`` of ``t_loop`` writes (``same_tile``: ``t != u``): by
@@ -90,12 +91,15 @@ def _no_later_write(t_loop: Loop, l_loop: Loop, array: str, params: set, same_ti
         if in_tiles(l_loop, array, "read", params, k, same_tile, True) and \
                 in_tiles(t_loop, array, "write", params, k, True, same_tile):
             return True
-    return _no_later_by(t_loop, l_loop, array, params, same_tile, False)
+    return _no_later_pairwise(t_loop, l_loop, array, params, same_tile)
 
 
-def _no_later_by(t_loop, l_loop, array, params, same_tile, precise) -> bool:
-    reads = accesses_of(l_loop, array, "read", "rd", params, precise)
-    writes = accesses_of(t_loop, array, "write", "wr", params, precise)
+def _no_later_pairwise(t_loop, l_loop, array, params, same_tile) -> bool:
+    """The question of :func:`_no_later_write`, every read against every write,
+    with the loop bounds alone (cheap sets: the facts at each point, compared
+    pairwise, cost their product)."""
+    reads = accesses_of(l_loop, array, "read", "rd", params, False)
+    writes = accesses_of(t_loop, array, "write", "wr", params, False)
     if reads is None or writes is None:
         return False
     (rdims, rs), (wdims, ws) = reads, writes
@@ -137,8 +141,8 @@ def _fusable(t_loop, l_loop, ir: KernelIR, rest, same_tile: bool) -> bool:
         return False  # a scalar T leaves for L
     if not shared:
         return False  # nothing to reuse: independent nests are hfuse.py's, which keeps lanes
-    sizes = set(ir.args) - {s.target for s in walk_stmts(ir.body) if isinstance(s, (Assign, AccAdd))}
-    if names((t_loop.lo, t_loop.hi, l_loop.lo, l_loop.hi), set()) - sizes:
+    fixed = set(ir.args) - {s.target for s in walk_stmts(ir.body) if isinstance(s, (Assign, AccAdd))}
+    if names((t_loop.lo, t_loop.hi, l_loop.lo, l_loop.hi), set()) - fixed:
         return False
     # what neither loop assigns has one value at every access of both: a statement between
     # them that assigns it moves before T only if T does not read it, and stays after L
@@ -187,7 +191,10 @@ def _fuse_at(body: list, k: int, ir: KernelIR, same_tile: bool):
     if not isinstance(t_loop, Loop):
         return None
     sizes = set(_sizes(ir))
+    written = reads_writes([t_loop])[1]
     for j in range(k + 1, len(body)):
+        if not isinstance(body[j], (Loop, If)) or not reads_writes([body[j]])[0] & written:
+            continue  # reads nothing T writes: never fused (_fusable), so not asked
         got = _fuse_with(body, k, j, ir, sizes, same_tile)
         if got is not None:
             return got
