@@ -88,6 +88,7 @@ from .deadinit import drop_dead_inits
 from .fission import split_calls
 from .hfuse import fuse_nests
 from .roll import LANES, roll_loops  # LANES: the partial sums of a reduction, here and in roll.py
+from .ring import ring_temps
 from .rowfuse import row_fuse
 from .size_classes import decide, version_tests
 from .loopir import AccAdd, Alloc, Assign, Break, If, KernelIR, Loop, Store, walk_stmts
@@ -199,6 +200,10 @@ def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> Ke
         _PASSED[(id(ir), par)] = (ir, run)
     if truth:  # after the passes that make versions, before those that tune what is printed
         run = replace(run, body=list(decide(run.body, truth)))
+    if not par:
+        # a temporary read at most one tile back in two tiles (ring.py), after the class's
+        # versions are decided: a reader it guards by a size test may have become unguarded
+        run = ring_temps(run)
     run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
     run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
     return drop_dead_inits(run)  # constants overwritten before a read: compile time only (deadinit.py)

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+from tensorlang.backend import codegen
 from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.interchange import TILE
@@ -156,7 +157,9 @@ def test_gradient_serial_kernel_never_stores_y():
     assert y in _stored(ir.body)
     assert y not in _stored(run.body) and y not in _loaded(run.body)
     (dy,) = [a.name for a in ir.allocs if a.binding == "dY"]
-    assert dy in _stored(run.body)  # dY = 2 (y - z) is read by both later nests: written, per tile
+    # dY = 2 (y - z) is read by both later nests: written, per tile (or, where the
+    # size test of dc's version holds, into two tiles: ring.py, tests/backend/test_ring.py)
+    assert dy in _stored(codegen._variant_passes(ir, False).body)
 
 
 @pytest.mark.parametrize("n,m", [(1, 1), (3, 10), (TILE - 1, 3), (TILE, 16), (TILE + 1, 3), (2 * TILE + 3, 64)])
