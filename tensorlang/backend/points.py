@@ -245,8 +245,20 @@ def _chain(space: str, facts: tuple):
     return _chain(space, facts[:-1]).intersect(_fact(space, facts[-1])).coalesce()
 
 
-@lru_cache(maxsize=2048)
 def _fact(space: str, fact: str):
+    """One fact in ``space``: parsed in the shortest prefix of the point's
+    dimensions holding every one it names (a loop's bound names only the
+    loops around it), once for all the points below it, then given the
+    remaining dimensions, unconstrained."""
+    dims = space.split(", ")
+    named = _words(fact)
+    k = max((i for i, d in enumerate(dims) if d in named), default=0) + 1
+    got = _prefix_fact(", ".join(dims[:k]), fact)
+    return got if k == len(dims) else got.add_dims(isl.dim_type.set, len(dims) - k)
+
+
+@lru_cache(maxsize=2048)
+def _prefix_fact(space: str, fact: str):
     return _set(space, (fact,))
 
 
