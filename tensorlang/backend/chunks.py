@@ -15,7 +15,8 @@ nest on its share:
   of every array they store to outside ``L`` and read no element another
   iteration writes (isl, each access at its point, points.py: the bounds
   of the loops and the conditions around it, affine scalars assigned
-  before it: ``_disjoint``); a scalar accumulated in ``L`` (``acc += e``, not
+  before it: ``_own_tiles``, one set per access, asked first; else
+  ``_disjoint``, every store against every access); a scalar accumulated in ``L`` (``acc += e``, not
   otherwise read there) gets one partial sum per chunk, chunk 0's starting
   from ``acc`` and the others from 0, added in chunk order after the loop;
   an array allocated uninitialised just before ``L`` and touched nowhere
@@ -238,11 +239,13 @@ def _chunkable(loop: Loop, top: list, pos: int, after: tuple, results: set, allo
         k -= 1
     sums = []  # arrays only accumulated into (column sums, colsum.py): per-chunk copies
     for a in sorted(stored - {p.name for p in private}):
-        if _disjoint(loop, a):
+        # the tile question first: one set per access (a one-dimensional index
+        # only, so others go on at once), where the pairwise one costs the product
+        if _own_tiles(loop, a) or _disjoint(loop, a):
             continue
         if a in allocs and _only_accumulated(stmts, a):
             sums.append(a)
-        elif not _own_tiles(loop, a):  # the precise question last: it costs the most isl
+        else:
             return None
     return tuple(accs), tuple(private), tuple(sums)
 

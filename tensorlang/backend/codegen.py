@@ -174,10 +174,11 @@ def serial_passes(ir: KernelIR) -> KernelIR:
     loops-only version (rowfuse.py), independent nests over one domain fused
     (hfuse.py), reductions with column partial sums (colsum.py: SIMD inner loops),
     vectorizable calls split out of reduction loops (fission.py), short accumulated
-    slabs gathered again, tile by tile of the outer index (short_slabs.py), the other
-    accumulated slabs swept once per two points (jam.py), the consumers of a tiled
-    accumulation run in its tile loop on a tile buffer (tilefuse.py)."""
-    return tile_consumers(jam_slabs(short_slab_gathers(split_calls(column_sums(fuse_nests(row_fuse(ir)))))))
+    slabs gathered again, tile by tile of the outer index (short_slabs.py), the consumers
+    of a tiled accumulation run in its tile loop on a tile buffer (tilefuse.py).  The other
+    accumulated slabs are swept once per two points (jam.py) when a variant is printed
+    (``printed_ir``)."""
+    return tile_consumers(short_slab_gathers(split_calls(column_sums(fuse_nests(row_fuse(ir))))))
 
 
 # (id(ir), par) -> (ir, the variant's loop IR before size classes decide): a kernel's
@@ -204,6 +205,11 @@ def printed_ir(ir: KernelIR, par: bool = False, truth: dict | None = None) -> Ke
         # a temporary read at most one tile back in two tiles (ring.py), after the class's
         # versions are decided: a reader it guards by a size test may have become unguarded
         run = ring_temps(run)
+    # accumulated slabs swept once per two points (jam.py), last among the loop passes: the
+    # isl questions before it (tilechain.py, chunks.py, ring.py) see each slab nest plain, where
+    # a jammed nest's edge conditions made them cost 0.28 s of the deconvolution gradient's
+    # cold call (0.02 s now); jam.py regroups a nest's iterations and touches no other statement
+    run = jam_slabs(run)
     run = roll_loops(run, par)  # a stencil of substituted temporaries: rolling scalars (roll.py)
     run = hoist_offsets(run)  # index offsets LLVM can bound: SIMD inner loops (offsets.py)
     return drop_dead_inits(run)  # constants overwritten before a read: compile time only (deadinit.py)
@@ -222,7 +228,7 @@ def _variant_passes(ir: KernelIR, par: bool) -> KernelIR:
         if handled:
             run = replace(run, body=split_scatters(run, handled))
         else:
-            run = jam_slabs(short_slab_gathers(replace(ir, body=split_scatters(ir))))
+            run = short_slab_gathers(replace(ir, body=split_scatters(ir)))
     else:
         run = chain_tiles(run)  # serial only: chunks.py splits the tiles the chain links
     return run

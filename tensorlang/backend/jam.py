@@ -60,7 +60,7 @@ def _pairs(r, fresh, sweep) -> tuple:
 
 def _jammed(r, fresh) -> tuple:
     """A fixed slab: one sweep adds both points' terms."""
-    h, st, terms = slab_nest(r)
+    h, st, terms = slab_nest(r, offset=True)
     load = K.Load(st.array, st.index, True)
 
     def sweep(r1):
@@ -75,7 +75,7 @@ def _jammed_moving(r, fresh) -> tuple:
     their common part.  Five sweeps partition ``A ∪ B``: A's points below C, B's
     below C, C with both points' terms, A's above C, B's above C.  Each element is
     in one of them, which adds its terms in tap order: bit for bit the nest's."""
-    h, st, terms = slab_nest(r, moving=True)
+    h, st, terms = slab_nest(r, moving=True, offset=True)
     load = K.Load(st.array, st.index, True)
     mx = lambda a, b: K.MinMax("max", (a, b))  # noqa: E731
     mn = lambda a, b: K.MinMax("min", (a, b))  # noqa: E731
@@ -131,9 +131,9 @@ def _step(e, var: str):
 def _walk(stmts, fresh) -> tuple:
     out = []
     for s in stmts:
-        if slab_nest(s) is not None:
+        if slab_nest(s, offset=True) is not None:
             out.extend(_jammed(s, fresh))
-        elif slab_nest(s, moving=True) is not None:
+        elif slab_nest(s, moving=True, offset=True) is not None:
             out.extend(_jammed_moving(s, fresh))
         elif isinstance(s, Loop):
             out.append(replace(s, body=_walk(s.body, fresh)))
@@ -148,7 +148,7 @@ def _walk(stmts, fresh) -> tuple:
 
 def jam_slabs(ir: KernelIR) -> KernelIR:
     """Signature: jam_slabs : KernelIR -> KernelIR (module doc)."""
-    if not any(slab_nest(s, moving=True) is not None for s in walk_stmts(ir.body)):
+    if not any(slab_nest(s, moving=True, offset=True) is not None for s in walk_stmts(ir.body)):
         return ir
     return replace(ir, body=list(_walk(ir.body, FreshNames(ir))))
 

@@ -102,16 +102,22 @@ RUN_MIN = 1024  # points of r from which the gathers are taken (module doc)
 SHORT = TILE  # arrays shorter than this (one tile) are gathered (module doc)
 
 
-def slab_nest(r, moving: bool = False):
+def slab_nest(r, moving: bool = False, offset: bool = False):
     """``(H, store, terms)`` when ``r`` is ``for r: for h: D[h] = D[h] + terms`` (module doc), else None;
-    ``moving``: ``H``'s bounds may read ``R``'s variable (jam.py)."""
+    ``moving``: ``H``'s bounds may read ``R``'s variable (jam.py); ``offset``: the last
+    subscript may be ``h - c``, ``c`` fixed in the nest (tilefuse.py's tile buffer, jam.py)."""
     if not (isinstance(r, Loop) and r.step == 1 and len(r.body) == 1 and not r.parallel):
         return None
     h = r.body[0]
     if not (isinstance(h, Loop) and h.step == 1 and len(h.body) == 1 and not h.parallel):
         return None
     st = h.body[0]
-    if not isinstance(st, Store) or not st.index or st.index[-1] != K.Name(h.var):
+    if not isinstance(st, Store) or not st.index:
+        return None
+    last = st.index[-1]
+    if offset and isinstance(last, K.IBin) and last.op == "-" and last.lhs == K.Name(h.var):
+        last = last.lhs if not names(last.rhs, set()) & {r.var, h.var, st.array} else None
+    if last != K.Name(h.var):
         return None
     if names(st.index[:-1], set()) & {r.var, h.var, st.array}:
         return None  # leading subscripts (a thread's private row, parallel_split.py) fixed in the nest

@@ -127,9 +127,11 @@ def test_deconv_gradient_short_slab_is_gathered_per_tile():
     assert (dot.lo, dot.hi) == (K.Name(rb.target), K.Name(re.target))  # the tile's points of i
     assert isinstance(store, Store) and store.array == dc  # dc is written once per element and tile
     assert store.value == K.FSum((K.Load(dc, store.index, True), K.Name(zero.target)))
-    # the general side: the slab loop as it was, its nest over all of i
-    # (jammed by two, jam.py: pairs of points of i, then at most one point as a test)
-    (rest,) = [s for s in walk_stmts(into_dc.orelse) if isinstance(s, Loop) and s.step == 2
+    # the general side: the slab loop as it was, its nest over all of i (jammed by two
+    # when printed, jam.py: pairs of points of i, then at most one point as a test)
+    (general,) = [s for s in walk_stmts(printed_ir(ir).body) if isinstance(s, If) and s.cond == into_dc.cond
+                  and any(isinstance(x, Store) and x.array == dc for x in walk_stmts(s.orelse))]
+    (rest,) = [s for s in walk_stmts(general.orelse) if isinstance(s, Loop) and s.step == 2
                and any(isinstance(x, Store) and x.array == dc for x in walk_stmts(s.body))]
     assert rest.var == before.var and rest.lo == before.lo
     # the parallel variant gathers too, and it prints (offsets.py, roll.py accept it)
