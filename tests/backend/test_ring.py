@@ -21,25 +21,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tensorlang as tl
-from tensorlang.backend import api, codegen
+from tensorlang.backend import codegen
 from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.interchange import TILE
 from tensorlang.backend.loopir import Alloc, Assign, If, KernelIR, Loop, Store
 from tensorlang.backend.ring import ring_temps
 from tensorlang.backend.short_slabs import SHORT
-from tests.backend.test_tile_consumers import _data, _deconv, _loaded, _stored
+from tests.backend.test_tile_consumers import _loaded, _stored, gradient_as_without
+from tests.backend.test_tilechain import _gradient_ir
 
 pytestmark = pytest.mark.usefixtures("compiled_runtime")  # the kernel at every size, not the evaluator
-
-
-def _gradient_ir():
-    loss, v = _deconv()
-    g = tl.grad(loss, wrt=[v["x"], v["c"]])
-    ir = tl.compile(g.program, threads=1).loop_ir
-    (dy,) = [a.name for a in ir.allocs if a.binding == "dY"]
-    return ir, dy
 
 
 def _version_test(run, dy):
@@ -82,22 +74,7 @@ def test_all_versions_kernel_chooses_by_the_test_and_parallel_keeps_dy():
 @pytest.mark.parametrize("n,m", [(1, 1), (TILE - 1, 3), (TILE, 3), (TILE + 1, 3), (2 * TILE + 3, 16),
                                  (3 * TILE + 7, 64), (4 * TILE + 5, SHORT - 1), (TILE + 2, SHORT + 3)])
 def test_gradient_bitwise_as_without_the_pass(monkeypatch, n, m):
-    from benchmarks.workloads import _deconv_grad
-
-    loss, v = _deconv()
-    g = tl.grad(loss, wrt=[v["x"], v["c"]], threads=1)
-    d = _data(n, m, 7 * n + m)
-    with monkeypatch.context() as mp:
-        mp.setattr(codegen, "ring_temps", lambda ir: ir)
-        mp.setattr(codegen, "_PASSED", {})
-        mp.setattr(api, "CODEGEN_VERSION", api.CODEGEN_VERSION + "-noring-test")
-        want = tl.compile(g.program, threads=1)(**d)  # compiled here, at these sizes, without the pass
-    got = tl.compile(g.program, threads=1)(**d)
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
-    ref = _deconv_grad(d)
-    np.testing.assert_allclose(got[0], ref["x"], rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(got[1], ref["c"], rtol=1e-10, atol=1e-12)
+    gradient_as_without(monkeypatch, n, m, 7 * n + m, {(codegen, "ring_temps"): lambda ir: ir}, "-noring-test")
 
 
 # -- legality on hand-built loop IR, run as plain Python ----------------------------------

@@ -49,6 +49,30 @@ def _data(n, m, seed):
     return {"x": rng.normal(size=n + m - 1), "c": rng.normal(size=m) / m, "z": rng.normal(size=n)}
 
 
+def gradient_as_without(monkeypatch, n, m, seed, patches: dict, tag: str):
+    """The deconvolution gradient at (n, m), one thread: bitwise as compiled with
+    ``patches`` ({(module, name): value}, a pass switched off) and against NumPy."""
+    from benchmarks.workloads import _deconv_grad
+
+    from tensorlang.backend import api, codegen
+
+    loss, v = _deconv()
+    g = tl.grad(loss, wrt=[v["x"], v["c"]], threads=1)
+    d = _data(n, m, seed)
+    with monkeypatch.context() as mp:
+        for (mod, name), value in patches.items():
+            mp.setattr(mod, name, value)
+        mp.setattr(codegen, "_PASSED", {})
+        mp.setattr(api, "CODEGEN_VERSION", api.CODEGEN_VERSION + tag)
+        want = tl.compile(g.program, threads=1)(**d)  # compiled here, at these sizes, without the pass
+    got = tl.compile(g.program, threads=1)(**d)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    ref = _deconv_grad(d)
+    np.testing.assert_allclose(got[0], ref["x"], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got[1], ref["c"], rtol=1e-10, atol=1e-12)
+
+
 def _y_in_kernel_order(x, c, n):
     """y[i] = Σ_j x[i - j + m - 1]·c[j] accumulated over j from 0 (gathered, short_slabs.py, when n < SHORT)."""
     m = len(c)

@@ -18,17 +18,16 @@ refused; distance 0 and a halo from the tile before fused.  Never a time.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import tensorlang as tl
-from tensorlang.backend import api, codegen, short_slabs
+from tensorlang.backend import codegen, short_slabs
 from tensorlang.backend import kir as K
 from tensorlang.backend.codegen import printed_ir
 from tensorlang.backend.interchange import TILE
 from tensorlang.backend.loopir import Alloc, Assign, If, KernelIR, Loop, Store, walk_stmts
 from tensorlang.backend.tilechain import chain_tiles
-from tests.backend.test_tile_consumers import _data, _deconv, _loaded, _stored
+from tests.backend.test_tile_consumers import _deconv, _loaded, _stored, gradient_as_without
 
 pytestmark = pytest.mark.usefixtures("compiled_runtime")  # the kernel at every size, not the evaluator
 
@@ -78,23 +77,8 @@ def test_parallel_variant_chains_only_same_tile_reads():
 @pytest.mark.parametrize("n,m", [(1, 1), (3, 10), (TILE - 1, 3), (TILE, 3), (TILE + 1, 3), (2 * TILE + 3, 16),
                                  (3 * TILE + 7, 64), (5 * TILE, 2), (TILE + 2, 1100)])
 def test_gradient_bitwise_as_without_the_pass(monkeypatch, n, m):
-    from benchmarks.workloads import _deconv_grad
-
-    loss, v = _deconv()
-    g = tl.grad(loss, wrt=[v["x"], v["c"]], threads=1)
-    d = _data(n, m, 11 * n + m)
-    with monkeypatch.context() as mp:
-        mp.setattr(codegen, "chain_tiles", lambda ir, **k: ir)
-        mp.setattr(short_slabs, "_tile_of", lambda *a: None)
-        mp.setattr(codegen, "_PASSED", {})
-        mp.setattr(api, "CODEGEN_VERSION", api.CODEGEN_VERSION + "-nochain-test")
-        want = tl.compile(g.program, threads=1)(**d)  # compiled here, at these sizes, without the passes
-    got = tl.compile(g.program, threads=1)(**d)
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
-    ref = _deconv_grad(d)
-    np.testing.assert_allclose(got[0], ref["x"], rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(got[1], ref["c"], rtol=1e-10, atol=1e-12)
+    patches = {(codegen, "chain_tiles"): lambda ir, **k: ir, (short_slabs, "_tile_of"): lambda *a: None}
+    gradient_as_without(monkeypatch, n, m, 11 * n + m, patches, "-nochain-test")
 
 
 # -- legality on hand-built loop IR ------------------------------------------------------
