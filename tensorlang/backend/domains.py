@@ -61,10 +61,11 @@ class Scope:
     are isl constraint texts over them.
     """
 
-    def __init__(self, symmap: dict, params: list, cons: list, facts=None):
+    def __init__(self, symmap: dict, params: list, cons: list, facts=None, parent=None):
         self.symmap = symmap
         self.params = params
         self.cons = cons
+        self.parent = parent  # the scope this one extends (``context`` builds on its set)
         # shared by a kernel's scopes: facts['positive'] = the size params, and
         # facts['needs_positive'] is set when a proof needed every size >= 1
         # facts['checks'] collects size-only accesses (x[2], x[n - 3]) valid at
@@ -72,7 +73,8 @@ class Scope:
         self.facts = facts if facts is not None else {"positive": [], "needs_positive": False, "checks": []}
 
     def child(self, syms: dict = None, params=(), cons=()) -> "Scope":
-        return Scope({**self.symmap, **(syms or {})}, self.params + list(params), self.cons + list(cons), self.facts)
+        return Scope({**self.symmap, **(syms or {})}, self.params + list(params), self.cons + list(cons), self.facts,
+                     self)
 
     def names(self) -> Names:
         nm = Names([], [])
@@ -94,8 +96,19 @@ class Scope:
         return f"{self.header()} -> {{ : {' and '.join(dict.fromkeys(self.cons)) or '0 = 0'} }}"
 
     def context(self) -> "isl.Set":
-        """The scope's constraints as an isl parameter set (parsed once per text)."""
-        return _set(self.context_text())
+        """The scope's constraints as an isl parameter set, once per text: the enclosing
+        scope's set (itself made once) intersected with the constraints this one adds, so
+        a nest's disjunctive form is built once, not again for every scope inside it."""
+        text = self.context_text()
+        got = _SETS.get(text)
+        if got is not None:
+            return got
+        base = self.parent
+        if base is None or len(base.cons) > len(self.cons) or self.cons[:len(base.cons)] != base.cons:
+            return _set(text)
+        new = [c for c in dict.fromkeys(self.cons[len(base.cons):]) if c not in set(base.cons)]
+        own = _set(f"{self.header()} -> {{ : {' and '.join(new) or '0 = 0'} }}")
+        return _remember(_SETS, text, base.context().intersect(own))  # islpy aligns the parameters
 
     def holds(self, cond: str) -> bool:
         """Does the isl constraint ``cond`` hold wherever this scope's constraints do?"""
