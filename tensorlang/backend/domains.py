@@ -104,9 +104,9 @@ class Scope:
         if got is not None:
             return got
         base = self.parent
-        if base is None or len(base.cons) > len(self.cons) or self.cons[:len(base.cons)] != base.cons:
+        if base is None:
             return _set(text)
-        new = [c for c in dict.fromkeys(self.cons[len(base.cons):]) if c not in set(base.cons)]
+        new = dict.fromkeys(self.cons[len(base.cons):])  # ``child``: the parent's constraints, then these
         own = _set(f"{self.header()} -> {{ : {' and '.join(new) or '0 = 0'} }}")
         return _remember(_SETS, text, base.context().intersect(own))  # islpy aligns the parameters
 

@@ -54,7 +54,8 @@ runs on the statements a size class prints (size_classes.py), after
 
 A pass of the serial variant (codegen ``printed_ir``, after tilechain.py):
 the parallel variant splits ``T`` into chunks of tiles, whose first tile
-would find the previous chunk's values in no buffer of its own.  Built from loop-IR nodes; the proof by isl (points.py).
+would find the previous chunk's values in no buffer of its own.  Built
+from loop-IR nodes; the proof by isl (points.py).
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ def _guard(s, a: str, sizes: set):
 
 def _candidates(ir: KernelIR, body: list, k: int) -> list:
     """``[(r, c)]``: the temporaries ``body[k]`` touches that no other top-level
-    statement touches but their allocation (``c`` None) or an ``if`` on the size
-    test ``c`` on its else side alone (the same ``c`` for all of them)."""
+    statement touches but their allocation (``c`` None) or ``if``\ s on one size
+    test ``c``, on their else sides alone (each temporary its own ``c``)."""
     temps = {a.name for a in ir.allocs if a.role == "temporary" and len(a.shape) == 1}
     temps -= set(ir.results) | set(ir.copies)
     r, w = reads_writes([body[k]])
