@@ -66,7 +66,7 @@ from .strict import plan_witnesses
 # faults against 5 ms to write it again (measured on this machine).
 OUT_POOL_MIN = 16 << 20
 OUT_KEEP = 2  # buffers kept per output: an optimiser's ``g = grad(x)`` holds one while the next is made
-CODEGEN_VERSION = "s20-2"  # in every cache key: the generated source changed
+CODEGEN_VERSION = "s21-1"  # in every cache key: the generated source changed
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 

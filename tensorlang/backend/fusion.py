@@ -39,6 +39,11 @@ binding's box: ``value_and_grad``'s residuals, read by the value and the
 gradient), is substituted into all of them (``own_point.py``): a few
 operations per point again instead of a stored temporary.
 
+After these rules, a consumer's reads of several temporaries at one
+constant shift (the centre reads of two stencils' adjoints) become one read
+of a temporary combining them, when that leaves two or more of them read at
+their own point only (``shift_group.py``); the rules then run again.
+
 Dead bindings are dropped.
 """
 
@@ -73,6 +78,7 @@ from ..ir import (
 from ..typecheck import type_of
 from .domains import Scope, box_cons, injective
 from .own_point import same_extent, own_point_uses
+from .shift_group import group_shifts
 from .shifted import shifted_uses
 
 
@@ -393,17 +399,24 @@ def _factored(x: Var, rhs: Expr, binds: list, k: int):
     return binds[:j] + [(v, out)] + binds[j + 1:]
 
 
-def fuse(binds, outs, base: Scope, reuse: bool = True, shifts: bool = True):
+def fuse(binds, outs, base: Scope, reuse: bool = True, shifts: bool = True, groups: bool = True):
     """Signature: fuse : [(Var, Expr)] -> [(Var, Expr)] (see module doc);
     ``reuse=False``: without ``adjoint_reuse`` (tests compare the two);
-    ``shifts=False``: without the shifted-stencil rule (``shifted_uses``)."""
+    ``shifts=False``: without the shifted-stencil rule (``shifted_uses``);
+    ``groups=False``: without shift_group.py's combined reads."""
     binds = list(binds)
     keep = set(outs)
     # the shifted rule after the others: a consumer gen that the others then
     # substitute into a sum (``sum[j] G[j]``) is the sum it is (shifted.py)
     for stage in ((False, True) if shifts else (False,)):
         binds = _fuse_stage(binds, keep, base, stage)
-    return _reuse(binds, base) if reuse else binds
+    binds = _reuse(binds, base) if reuse else binds
+    if not groups:
+        return binds
+    grouped, made = group_shifts(binds, keep, base)
+    # the temporaries a group freed are read at their own point only now: the rules
+    # again, keeping each combined temporary (its one use would otherwise take it back)
+    return _fuse_stage(grouped, keep | made, base, shifts) if made else binds
 
 
 def _fuse_stage(binds, keep, base: Scope, shifts: bool):

@@ -81,7 +81,7 @@ def _guard(s, a: str, sizes: set):
 
 def _candidates(ir: KernelIR, body: list, k: int) -> list:
     """``[(r, c)]``: the temporaries ``body[k]`` touches that no other top-level
-    statement touches but their allocation (``c`` None) or ``if``\ s on one size
+    statement touches but their allocation (``c`` None) or ``if`` statements on one size
     test ``c``, on their else sides alone (each temporary its own ``c``)."""
     temps = {a.name for a in ir.allocs if a.role == "temporary" and len(a.shape) == 1}
     temps -= set(ir.results) | set(ir.copies)
