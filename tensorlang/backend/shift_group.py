@@ -222,30 +222,45 @@ def _covered(base: Scope, binders, cext, members, off, wext) -> bool:
         return False
 
 
-def _true_on(base: Scope, binders, extents, p) -> bool:
-    """``p`` (affine, no relation) holds on the whole box."""
-    if has_rel(p):
-        return False
-    names = [f"q{k}" for k in range(len(binders))]
-    try:
-        dom = isl.Set(_isl_set(base, binders, extents, (), names))
-        return dom.is_subset(isl.Set(_isl_set(base, binders, extents, (p,), names)))
-    except (UnsupportedError, isl.Error):
-        return False
+class _Box:
+    """Which affine brackets hold on the whole of one box (``binders`` over
+    ``extents``), each asked once: a gradient's brackets repeat, and parsing
+    a disjunction is what costs."""
+
+    def __init__(self, base: Scope, binders, extents):
+        self.base, self.binders, self.extents = base, binders, extents
+        self.names = [f"q{k}" for k in range(len(binders))]
+        self.dom = None
+        self.memo: dict = {}
+
+    def implies(self, p) -> bool:
+        got = self.memo.get(p)
+        if got is None:
+            got = self.memo[p] = self._implies(p)
+        return got
+
+    def _implies(self, p) -> bool:
+        if has_rel(p):
+            return False
+        try:
+            if self.dom is None:
+                self.dom = isl.Set(_isl_set(self.base, self.binders, self.extents, (), self.names))
+            return self.dom.is_subset(isl.Set(_isl_set(self.base, self.binders, self.extents, (p,), self.names)))
+        except (UnsupportedError, isl.Error):
+            return False
 
 
-def _w_term(base: Scope, m: _Member, back: dict, binders, extents):
-    """Member ``m`` as a term of ``w`` at ``w``'s point ``binders``."""
+def _w_term(box: _Box, m: _Member, back: dict):
+    """Member ``m`` as a term of ``w`` at ``w``'s point (``box``: ``w``'s box)."""
     wrap = []
     for kind, v, side in m.wrap:
         if kind == "pred":
-            p = subst(v, idx=back)
-            kept = [c for c in conjuncts(p) if not _true_on(base, binders, extents, c)]
+            kept = [c for c in conjuncts(subst(v, idx=back)) if not box.implies(c)]
             if not kept:
                 continue
             v = conj(*kept)
         wrap.append((kind, v, side))
-    return _wrapped(wrap, access(m.arr, binders))
+    return _wrapped(wrap, access(m.arr, box.binders))
 
 
 def _rewrite_one(binds, keep, base: Scope):
@@ -282,15 +297,17 @@ def _rewrite_one(binds, keep, base: Scope):
                 continue
             q = [fresh_index("q") for _ in binders]
             back = {j: sym_aff(i) - a for j, i, a in zip(binders, q, off)}
-            terms = [_w_term(base, m, back, q, wext) for m in members]
+            wbox = _Box(base, q, wext)
+            terms = [_w_term(wbox, m, back) for m in members]
             wbody = terms[0]
             for t in terms[1:]:
                 wbody = Add(wbody, t)
             wrhs = make_gens(list(zip(q, wext)), wbody)
             w = fresh_var("sw", type_of(wrhs))
             at = [sym_aff(j) + a for j, a in zip(binders, off)]
+            cbox = _Box(base, binders, cext)
             inside = conj(*[p for a, n in zip(at, wext) for p in (Cmp("<=", Aff((), 0), a), Cmp("<", a, n))
-                            if not _true_on(base, binders, cext, p)])  # what C's box implies left out
+                            if not cbox.implies(p)])  # what C's box implies left out
             new = access(w, at) if inside is TRUE else Iverson(inside, access(w, at))
             rest = _without(body, {m.path for m in members})
             cbody = new if rest is None else Add(rest, new)
