@@ -2,11 +2,11 @@
 one temporary (backend/shift_group.py; issue #13 item 2).
 
 Structure, on the kernel IR: the image loss's gradient keeps two square
-temporaries and the output instead of three and the output; a 1-D program
+temporaries and the output instead of three and the output; a 2-D program
 whose consumer reads two temporaries at ``k - 1`` keeps one combined
 temporary; a read of one of them at another shift leaves the program as it
 was.  Values against NumPy (the image gradient and ``value_and_grad`` at
-every small size, the 1-D programs against their formula).  The rule's isl
+every small size, the 2-D programs against their formula).  The rule's isl
 side condition on hand-made bindings: a member whose brackets do not keep
 ``j + a`` in the box is not combined.  Random programs (hypothesis): sums of
 two or three temporaries read at shared and distinct shifts under boxes,
