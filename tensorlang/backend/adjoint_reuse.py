@@ -64,6 +64,7 @@ from ..ir import (
 )
 from ..typecheck import type_of
 from .domains import Scope, box_cons, has_rel
+from .shift_group import translation
 
 
 def _array(e) -> bool:
@@ -104,14 +105,8 @@ def _linear(e, binders):
             return None if x is None else [_Term(t.coef, [p] + t.preds, t.arr, t.off, t.acc) for t in x]
         case Access():
             base, idx = accesses(e)
-            if not _array(base) or len(idx) != len(binders):
-                return None
-            off = []
-            for a, i in zip(idx, binders):
-                if len(a.terms) != 1 or a.terms[0][0] is not i or a.terms[0][1] != 1:
-                    return None
-                off.append(a.const)
-            return [_Term(1, [], base, tuple(off), e)]
+            off = translation(idx, binders) if _array(base) else None
+            return None if off is None else [_Term(1, [], base, off, e)]
     return None
 
 

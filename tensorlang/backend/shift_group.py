@@ -98,7 +98,7 @@ class _Member:
         return [v for kind, v, _ in self.wrap if kind == "pred"]
 
 
-def _offset(idx, binders):
+def translation(idx, binders):
     """``(a_0, ...)`` when the index is ``binder_k + a_k`` for every k, else None."""
     if len(idx) != len(binders):
         return None
@@ -126,7 +126,7 @@ def _members(e, binders, path, wrap, out) -> bool:
             return _members(b, binders, path + (0,), wrap + [("pred", p, 0)], out)
         case Access():
             base, idx = accesses(e)
-            off = _offset(idx, binders) if isinstance(base, Var) else None
+            off = translation(idx, binders) if isinstance(base, Var) else None
             if off is not None:
                 out.append(_Member(path, wrap, base, off))
     return True
@@ -172,7 +172,7 @@ def _reads_elsewhere(e, x, own, binders, found: list) -> None:
         case Access():
             base, idx = accesses(e)
             if base is x:
-                if not (own and _offset(idx, binders) == (0,) * len(binders)):
+                if not (own and translation(idx, binders) == (0,) * len(binders)):
                     found[0] += 1
                 return
         case Var():
@@ -336,4 +336,4 @@ def group_shifts(binds, keep, base: Scope):
     return binds, made
 
 
-__all__ = ["group_shifts"]
+__all__ = ["group_shifts", "translation"]
