@@ -70,6 +70,7 @@ from ..ir import (
     conj,
     conjuncts,
     fresh_index,
+    free_vars,
     fresh_var,
     gens,
     make_gens,
@@ -167,7 +168,10 @@ def _without(e, paths: set, path=()):
 def _reads_elsewhere(e, x, own, binders, found: list) -> None:
     """Count into ``found[0]`` the accesses of ``x`` in ``e`` that are not at
     the own point (``x[binders]``, ``own``: the nest ``binders`` is over ``x``'s
-    extents; no binder inside); ``found[1]`` is set for any other use."""
+    extents; no binder inside); ``found[1]`` is set for any other use.  Only
+    the sub-terms ``x`` is free in are visited (a body is a DAG walked as a tree)."""
+    if x not in free_vars(e):
+        return
     match e:
         case Access():
             base, idx = accesses(e)

@@ -26,3 +26,14 @@ def scanned(monkeypatch):
 def compiled_runtime(monkeypatch):
     """The kernel at every size (not the evaluator, which small sizes would take)."""
     monkeypatch.setenv("TENSORLANG_RUNTIME", "compiled")
+
+
+@pytest.fixture(scope="module")
+def compiled_kernel_cache(tmp_path_factory):
+    """A module's kernels in a fresh disk cache, always compiled (never the
+    evaluator, which small sizes would take)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TENSORLANG_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
+    mp.setenv("TENSORLANG_RUNTIME", "compiled")
+    yield
+    mp.undo()

@@ -14,13 +14,7 @@ from tensorlang.backend import kir as K
 from tensorlang.backend.loopir import Alloc, walk_stmts
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TENSORLANG_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
-    mp.setenv("TENSORLANG_RUNTIME", "compiled")
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("compiled_kernel_cache")  # tests/backend/conftest.py
 
 
 n = tl.size("n")

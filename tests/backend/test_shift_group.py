@@ -34,13 +34,7 @@ from tensorlang.driver import python_kernel
 from tensorlang.ir import Access, Add, Aff, Cmp, Const, Gen, Iverson, Mul, fresh_index, fresh_var, sym_aff
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TENSORLANG_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
-    mp.setenv("TENSORLANG_RUNTIME", "compiled")
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("compiled_kernel_cache")  # tests/backend/conftest.py
 
 
 def _allocs(program, rank: int) -> set:
